@@ -1,0 +1,12 @@
+/* delta — train deep networks inside a fixed device-memory budget.
+ * The umbrella header: include this one. */
+#ifndef DELTA_H
+#define DELTA_H
+
+#include "delta/common.h"
+#include "delta/graph.h"
+#include "delta/exec.h"
+#include "delta/cpu.h"
+#include "delta/safetensors.h"
+
+#endif

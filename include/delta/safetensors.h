@@ -1,0 +1,80 @@
+/* delta — safetensors files, the PyTorch ecosystem's tensor format:
+ *   8-byte little-endian header length N, N bytes of JSON
+ *   {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
+ *    "__metadata__": {"key": "value", ...}}, then the raw little-endian data.
+ * Offsets are relative to the start of the data section.
+ *
+ * Reading validates everything before any tensor is handed out: header length
+ * bound, JSON syntax, known dtype, shape/size agreement, offsets inside the
+ * data section, no overlaps and no holes. A malformed file gives
+ * DELTA_ERR_FORMAT and a message naming the tensor and the problem. */
+#ifndef DELTA_SAFETENSORS_H
+#define DELTA_SAFETENSORS_H
+
+#include "delta/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DELTA_ST_MAX_DIMS 8
+/* Headers larger than this are refused (the reference implementation's own
+ * limit is 100 MB); it guards against allocating from a hostile length. */
+#define DELTA_ST_MAX_HEADER (100u * 1024u * 1024u)
+
+/* One tensor of a file. dtype strings follow safetensors ("F32", "I32",
+ * "F16", "BF16", "I64", "F64", "U8", "I8", "BOOL", ...); st_dtype keeps the
+ * string, dtype maps it to delta's enum when delta computes in it
+ * (DELTA_DTYPE_COUNT otherwise). */
+typedef struct delta_st_tensor {
+    const char *name;
+    const char *st_dtype;
+    delta_dtype dtype;
+    size_t elem_size;
+    int ndim;
+    int64_t shape[DELTA_ST_MAX_DIMS];
+    int64_t numel;
+    size_t nbytes;
+    const void *data;  /* points into the file's buffer; little-endian */
+} delta_st_tensor;
+
+typedef struct delta_st_file delta_st_file;
+
+/* Reads and validates a whole file. On failure returns NULL, sets *status
+ * (if non-NULL) and writes a message into err (if non-NULL, err_len bytes). */
+delta_st_file *delta_st_open(const char *path, delta_status *status,
+                             char *err, size_t err_len);
+/* The same from a buffer in memory (copied). */
+delta_st_file *delta_st_parse(const void *buf, size_t len, delta_status *status,
+                              char *err, size_t err_len);
+void delta_st_close(delta_st_file *f);
+
+int delta_st_count(const delta_st_file *f);
+/* Tensors in data-offset order. */
+const delta_st_tensor *delta_st_at(const delta_st_file *f, int i);
+const delta_st_tensor *delta_st_find(const delta_st_file *f, const char *name);
+/* Value of a "__metadata__" entry, or NULL. */
+const char *delta_st_metadata(const delta_st_file *f, const char *key);
+
+/* Writing: describe tensors, then write them in one call. Names must be
+ * unique and non-empty. The file is written to path + ".tmp", flushed,
+ * fsync'd and renamed over path, so a crash never leaves a torn file. */
+typedef struct delta_st_entry {
+    const char *name;
+    const char *st_dtype;  /* "F32", "I32", ... */
+    int ndim;
+    int64_t shape[DELTA_ST_MAX_DIMS];
+    const void *data;      /* numel * element size bytes */
+} delta_st_entry;
+
+delta_status delta_st_write(const char *path, const delta_st_entry *entries,
+                            int n, const char *const *meta_kv, int n_meta,
+                            char *err, size_t err_len);
+
+/* Element size of a safetensors dtype string, 0 if unknown. */
+size_t delta_st_dtype_size(const char *st_dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,108 @@
+/* Matrix products: matmul (batched, transposes, alpha, 2-D b broadcast over
+ * the batch), linear (x w^T + bias as one GEMM over all rows) and
+ * sum_leading (the bias gradient of linear). */
+#include "backend/cpu/kernels.h"
+#include "delta/cpu.h"
+
+/* gemm.c: the built-in GEMM on the calling thread only (safe inside a
+ * parallel region, where delta_gemm must not be called). */
+void delta_gemm_builtin_serial(bool ta, bool tb, int64_t m, int64_t n,
+                               int64_t k, float alpha, const float *a,
+                               int64_t lda, const float *b, int64_t ldb,
+                               float beta, float *c, int64_t ldc);
+
+/* Batched products with fewer flops than this each run one GEMM per thread
+ * over the batch (built-in GEMM, whatever path is selected) instead of one
+ * parallel GEMM after another. The choice depends on shapes only, so results
+ * do not depend on the thread count. */
+#define SMALL_GEMM_FLOPS ((double)(1 << 23))
+
+void delta_k_matmul(const delta_kargs *k) {
+    const delta_op *op = k->op;
+    const delta_tensor *at = k->in_t[0], *bt = k->in_t[1];
+    const float *a = k->in[0], *b = k->in[1];
+    float *c = k->out[0];
+    bool ta = op->a.trans_a != 0, tb = op->a.trans_b != 0;
+    float alpha = op->a.alpha;
+    int an = at->ndim, bn = bt->ndim;
+    int64_t m = ta ? at->shape[an - 1] : at->shape[an - 2];
+    int64_t kk = ta ? at->shape[an - 2] : at->shape[an - 1];
+    int64_t n = tb ? bt->shape[bn - 2] : bt->shape[bn - 1];
+    int64_t batch = 1;
+    for (int i = 0; i < an - 2; i++) batch *= at->shape[i];
+    int64_t lda = ta ? m : kk, ldb = tb ? kk : n;
+    int64_t sa = m * kk, sb = bn > 2 ? kk * n : 0, sc = m * n;
+
+    if (batch == 1 || (bn == 2 && !ta)) {
+        /* One GEMM: a batched, untransposed a is (batch*M, K). */
+        delta_gemm(ta, tb, batch * m, n, kk, alpha, a, lda, b, ldb, 0.0f, c,
+                   n);
+        return;
+    }
+    if (2.0 * (double)m * (double)n * (double)kk < SMALL_GEMM_FLOPS) {
+        int nt = delta_cpu_threads();
+        (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t i = 0; i < batch; i++)
+            delta_gemm_builtin_serial(ta, tb, m, n, kk, alpha, a + i * sa,
+                                      lda, b + i * sb, ldb, 0.0f, c + i * sc,
+                                      n);
+        return;
+    }
+    for (int64_t i = 0; i < batch; i++)
+        delta_gemm(ta, tb, m, n, kk, alpha, a + i * sa, lda, b + i * sb, ldb,
+                   0.0f, c + i * sc, n);
+}
+
+void delta_k_linear(const delta_kargs *k) {
+    const delta_tensor *xt = k->in_t[0], *wt = k->in_t[1];
+    const float *x = k->in[0], *w = k->in[1];
+    const float *bias = k->op->n_in > 2 ? k->in[2] : NULL;
+    float *y = k->out[0];
+    int64_t in = wt->shape[1], out = wt->shape[0];
+    int64_t rows = 1;
+    for (int i = 0; i < xt->ndim - 1; i++) rows *= xt->shape[i];
+    delta_gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+    if (!bias || rows == 0 || out == 0) return;
+    int nt = delta_cpu_threads();
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) \
+    if (rows * out > 32768)
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * out;
+        for (int64_t j = 0; j < out; j++) yr[j] += bias[j];
+    }
+}
+
+/* Columns per chunk: each thread sums whole columns, row by row. */
+#define SL_CHUNK 256
+
+void delta_k_sum_leading(const delta_kargs *k) {
+    const float *x = k->in[0];
+    float *y = k->out[0];
+    int64_t s = k->out_t[0]->numel;
+    if (s == 0) return;
+    int64_t rows = k->in_t[0]->numel / s;
+    int64_t chunks = (s + SL_CHUNK - 1) / SL_CHUNK;
+    int nt = delta_cpu_threads();
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) \
+    if (chunks > 1 && rows * s > 32768)
+#endif
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        int64_t j0 = ch * SL_CHUNK;
+        int64_t w = s - j0 < SL_CHUNK ? s - j0 : SL_CHUNK;
+        double acc[SL_CHUNK];
+        for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * s + j0;
+            for (int64_t j = 0; j < w; j++) acc[j] += (double)xr[j];
+        }
+        for (int64_t j = 0; j < w; j++) y[j0 + j] = (float)acc[j];
+    }
+}

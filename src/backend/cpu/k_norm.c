@@ -1,0 +1,288 @@
+/* Normalization kernels: batch norm (training and eval), its gradient and
+ * running-statistics update; layer norm and its gradient.
+ *
+ * Statistics are accumulated in double, each one by a single thread in a
+ * fixed order (batch norm: parallel over channels, each channel summed
+ * image by image; layer norm: parallel over rows; its dgamma/dbeta: parallel
+ * over column blocks, each summed row by row), so results do not depend on
+ * the thread count. */
+#include "backend/cpu/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Sums of a contiguous run in double with four fixed partial sums. */
+static inline double dsum(const float *p, int64_t n) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        a0 += p[i];
+        a1 += p[i + 1];
+        a2 += p[i + 2];
+        a3 += p[i + 3];
+    }
+    for (; i < n; i++) a0 += p[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* Σ (p[i] - m)^2 */
+static inline double dsum_sq_dev(const float *p, int64_t n, double m) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        double d0 = p[i] - m, d1 = p[i + 1] - m, d2 = p[i + 2] - m,
+               d3 = p[i + 3] - m;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+        a2 += d2 * d2;
+        a3 += d3 * d3;
+    }
+    for (; i < n; i++) {
+        double d = p[i] - m;
+        a0 += d * d;
+    }
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* Σ dy[i] and Σ dy[i] (x[i] - m) */
+static inline void dsum2(const float *dy, const float *x, int64_t n, double m,
+                         double *s_dy, double *s_dyx) {
+    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        a0 += dy[i];
+        a1 += dy[i + 1];
+        b0 += (double)dy[i] * (x[i] - m);
+        b1 += (double)dy[i + 1] * (x[i + 1] - m);
+    }
+    for (; i < n; i++) {
+        a0 += dy[i];
+        b0 += (double)dy[i] * (x[i] - m);
+    }
+    *s_dy += a0 + a1;
+    *s_dyx += b0 + b1;
+}
+
+/* x (N, C, H, W) or (N, C): channel c's data is N runs of hw floats at
+ * stride C*hw. */
+typedef struct bn_shape {
+    int64_t n, c, hw;
+} bn_shape;
+
+static bn_shape bn_shape_of(const delta_tensor *x) {
+    bn_shape s;
+    s.n = x->shape[0];
+    s.c = x->ndim > 1 ? x->shape[1] : 1;
+    s.hw = s.n * s.c > 0 ? x->numel / (s.n * s.c) : 0;
+    return s;
+}
+
+void delta_k_batchnorm(const delta_kargs *k) {
+    /* ins: x, gamma, beta[, rmean, rvar]; outs: y, mean, var */
+    const bn_shape s = bn_shape_of(k->in_t[0]);
+    const float *x = k->in[0], *gamma = k->in[1], *beta = k->in[2];
+    float *y = k->out[0], *mean = k->out[1], *var = k->out[2];
+    const double eps = k->op->a.eps;
+    const bool use_running = !k->env->training && k->op->n_in >= 5;
+    const float *rmean = use_running ? k->in[3] : NULL;
+    const float *rvar = use_running ? k->in[4] : NULL;
+    const int64_t count = s.n * s.hw;
+    const int64_t C = s.c, hw = s.hw;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double m, v;
+        if (use_running) {
+            m = rmean[c];
+            v = rvar[c];
+        } else {
+            double acc = 0;
+            for (int64_t n = 0; n < s.n; n++)
+                acc += dsum(x + (n * C + c) * hw, hw);
+            m = count > 0 ? acc / (double)count : 0.0;
+            acc = 0;
+            for (int64_t n = 0; n < s.n; n++)
+                acc += dsum_sq_dev(x + (n * C + c) * hw, hw, m);
+            v = count > 0 ? acc / (double)count : 0.0;
+        }
+        mean[c] = (float)m;
+        var[c] = (float)v;
+        if (hw == 1) continue; /* (N, C): written below, row by row */
+        double rstd = 1.0 / sqrt(v + eps);
+        float sc = (float)(gamma[c] * rstd);
+        float sh = (float)(beta[c] - m * gamma[c] * rstd);
+        for (int64_t n = 0; n < s.n; n++) {
+            const float *xp = x + (n * C + c) * hw;
+            float *yp = y + (n * C + c) * hw;
+            for (int64_t i = 0; i < hw; i++) yp[i] = xp[i] * sc + sh;
+        }
+    }
+    if (hw != 1) return;
+    /* (N, C): recompute each channel's scale and shift from mean/var (same
+     * arithmetic as above) and write rows in parallel. */
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < s.n; n++) {
+        const float *xp = x + n * C;
+        float *yp = y + n * C;
+        for (int64_t c = 0; c < C; c++) {
+            double m = use_running ? (double)rmean[c] : (double)mean[c];
+            double v = use_running ? (double)rvar[c] : (double)var[c];
+            double rstd = 1.0 / sqrt(v + eps);
+            float sc = (float)(gamma[c] * rstd);
+            float sh = (float)(beta[c] - m * gamma[c] * rstd);
+            yp[c] = xp[c] * sc + sh;
+        }
+    }
+}
+
+void delta_k_bn_running_update(const delta_kargs *k) {
+    /* ins: mean, var, rmean, rvar; outs: rmean, rvar (in place) */
+    if (!k->env->training) return;
+    const int64_t C = k->in_t[0]->numel;
+    const float *mean = k->in[0], *var = k->in[1];
+    const float *rm_in = k->in[2], *rv_in = k->in[3];
+    float *rm = k->out[0], *rv = k->out[1];
+    const double m = k->op->a.momentum, cnt = k->op->a.count;
+    const double unbias = cnt > 1 ? cnt / (cnt - 1) : 1.0;
+    for (int64_t c = 0; c < C; c++) {
+        rm[c] = (float)((1.0 - m) * rm_in[c] + m * mean[c]);
+        rv[c] = (float)((1.0 - m) * rv_in[c] + m * (var[c] * unbias));
+    }
+}
+
+void delta_k_batchnorm_bwd(const delta_kargs *k) {
+    /* ins: x, gamma, mean, var, dy; outs: dx, dgamma, dbeta */
+    const bn_shape s = bn_shape_of(k->in_t[0]);
+    const float *x = k->in[0], *gamma = k->in[1], *mean = k->in[2],
+                *var = k->in[3], *dy = k->in[4];
+    float *dx = k->out[0];
+    float *dgamma = k->op->n_out > 1 ? k->out[1] : NULL;
+    float *dbeta = k->op->n_out > 2 ? k->out[2] : NULL;
+    const double eps = k->op->a.eps;
+    const int64_t C = s.c, hw = s.hw, count = s.n * s.hw;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        const double m = mean[c];
+        const double rstd = 1.0 / sqrt((double)var[c] + eps);
+        double sdy = 0, sdyx = 0;
+        if (hw == 1) {
+            for (int64_t n = 0; n < s.n; n++) {
+                double d = dy[n * C + c];
+                sdy += d;
+                sdyx += d * (x[n * C + c] - m);
+            }
+        } else {
+            for (int64_t n = 0; n < s.n; n++)
+                dsum2(dy + (n * C + c) * hw, x + (n * C + c) * hw, hw, m,
+                      &sdy, &sdyx);
+        }
+        const double dg = sdyx * rstd; /* Σ dy · xhat */
+        if (dgamma) dgamma[c] = (float)dg;
+        if (dbeta) dbeta[c] = (float)sdy;
+        if (!dx || count == 0) continue;
+        /* dx = gamma rstd (dy - Σdy/M - xhat Σ(dy xhat)/M)
+         *    = a dy + b x + e with a, b, e per channel */
+        const double g = gamma[c];
+        const double a = g * rstd;
+        const double b = -g * rstd * rstd * dg / (double)count;
+        const double e = -a * sdy / (double)count - b * m;
+        const float fa = (float)a, fb = (float)b, fe = (float)e;
+        for (int64_t n = 0; n < s.n; n++) {
+            const float *xp = x + (n * C + c) * hw;
+            const float *dyp = dy + (n * C + c) * hw;
+            float *dxp = dx + (n * C + c) * hw;
+            for (int64_t i = 0; i < hw; i++)
+                dxp[i] = fa * dyp[i] + fb * xp[i] + fe;
+        }
+    }
+}
+
+void delta_k_layernorm(const delta_kargs *k) {
+    /* ins: x[, gamma, beta]; outs: y, mean (rows), rstd (rows) */
+    const delta_tensor *xt = k->in_t[0];
+    const int64_t d = xt->ndim > 0 ? xt->shape[xt->ndim - 1] : 1;
+    const int64_t rows = d > 0 ? xt->numel / d : 0;
+    const float *x = k->in[0];
+    const float *gamma = k->op->n_in >= 3 ? k->in[1] : NULL;
+    const float *beta = k->op->n_in >= 3 ? k->in[2] : NULL;
+    float *y = k->out[0], *mean = k->out[1], *rstd = k->out[2];
+    const double eps = k->op->a.eps;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xp = x + r * d;
+        float *yp = y + r * d;
+        double m = dsum(xp, d) / (double)d;
+        double v = dsum_sq_dev(xp, d, m) / (double)d;
+        double rs = 1.0 / sqrt(v + eps);
+        mean[r] = (float)m;
+        rstd[r] = (float)rs;
+        const float fm = (float)m, frs = (float)rs;
+        if (gamma) {
+            for (int64_t j = 0; j < d; j++)
+                yp[j] = (xp[j] - fm) * frs * gamma[j] + beta[j];
+        } else {
+            for (int64_t j = 0; j < d; j++) yp[j] = (xp[j] - fm) * frs;
+        }
+    }
+}
+
+/* Columns per block of the dgamma/dbeta reduction (accumulators on the
+ * stack). */
+#define LN_COLS 64
+
+void delta_k_layernorm_bwd(const delta_kargs *k) {
+    /* ins: x, mean, rstd, dy[, gamma]; outs: dx[, dgamma, dbeta] */
+    const delta_tensor *xt = k->in_t[0];
+    const int64_t d = xt->ndim > 0 ? xt->shape[xt->ndim - 1] : 1;
+    const int64_t rows = d > 0 ? xt->numel / d : 0;
+    const float *x = k->in[0], *mean = k->in[1], *rstd = k->in[2],
+                *dy = k->in[3];
+    const float *gamma = k->op->n_in >= 5 ? k->in[4] : NULL;
+    float *dx = k->out[0];
+    float *dgamma = k->op->n_out >= 3 ? k->out[1] : NULL;
+    float *dbeta = k->op->n_out >= 3 ? k->out[2] : NULL;
+    if (dx) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xp = x + r * d, *dyp = dy + r * d;
+            float *dxp = dx + r * d;
+            const float fm = mean[r], frs = rstd[r];
+            /* g = dy·gamma; dx = rstd (g - mean(g) - xhat mean(g xhat)) */
+            double sg = 0, sgx = 0;
+            for (int64_t j = 0; j < d; j++) {
+                double g = gamma ? (double)dyp[j] * gamma[j] : dyp[j];
+                double xh = (double)((xp[j] - fm) * frs);
+                sg += g;
+                sgx += g * xh;
+            }
+            const float mg = (float)(sg / (double)d);
+            const float mgx = (float)(sgx / (double)d);
+            for (int64_t j = 0; j < d; j++) {
+                float g = gamma ? dyp[j] * gamma[j] : dyp[j];
+                float xh = (xp[j] - fm) * frs;
+                dxp[j] = frs * (g - mg - xh * mgx);
+            }
+        }
+    }
+    if (!dgamma && !dbeta) return;
+    const int64_t blocks = (d + LN_COLS - 1) / LN_COLS;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t j0 = b * LN_COLS;
+        const int64_t nj = d - j0 < LN_COLS ? d - j0 : LN_COLS;
+        double ag[LN_COLS], ab[LN_COLS];
+        for (int64_t j = 0; j < nj; j++) ag[j] = ab[j] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xp = x + r * d + j0, *dyp = dy + r * d + j0;
+            const float fm = mean[r], frs = rstd[r];
+            for (int64_t j = 0; j < nj; j++) {
+                float xh = (xp[j] - fm) * frs;
+                ag[j] += (double)dyp[j] * xh;
+                ab[j] += dyp[j];
+            }
+        }
+        for (int64_t j = 0; j < nj; j++) {
+            if (dgamma) dgamma[j0 + j] = (float)ag[j];
+            if (dbeta) dbeta[j0 + j] = (float)ab[j];
+        }
+    }
+}

@@ -1,0 +1,68 @@
+/* Optimizer updates, in place on persistent tensors: out[i] may be the same
+ * buffer as in[j] (p, momentum buffer, moments), so each element's inputs are
+ * read before its outputs are written. Semantics follow torch.optim.SGD
+ * (dampening 0) and torch.optim.AdamW, in float like PyTorch's float32
+ * parameters; the scalar bias terms are computed in double. */
+#include "backend/cpu/kernels.h"
+#include "delta/cpu.h"
+
+#include <math.h>
+
+/* Loops over fewer elements stay on one thread. */
+#define OPT_MIN 32768
+
+void delta_k_sgd_update(const delta_kargs *k) {
+    const delta_op_attrs *at = &k->op->a;
+    const float *p = k->in[0], *g = k->in[1];
+    float *po = k->out[0];
+    bool mom = at->has_momentum && k->op->n_in > 2 && k->op->n_out > 1;
+    const float *buf = mom ? k->in[2] : NULL;
+    float *bo = mom ? k->out[1] : NULL;
+    int64_t n = k->in_t[0]->numel;
+    float lr = at->lr, m = at->momentum, wd = at->weight_decay;
+    bool first = k->env->step == 0, nesterov = at->nesterov != 0;
+    int nt = delta_cpu_threads();
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > OPT_MIN)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i], gi = g[i];
+        if (wd != 0.0f) gi = gi + wd * pi;
+        if (mom) {
+            float b = first ? gi : m * buf[i] + gi;
+            bo[i] = b;
+            gi = nesterov ? gi + m * b : b;
+        }
+        po[i] = pi - lr * gi;
+    }
+}
+
+void delta_k_adamw_update(const delta_kargs *k) {
+    const delta_op_attrs *at = &k->op->a;
+    const float *p = k->in[0], *g = k->in[1], *m = k->in[2], *v = k->in[3];
+    float *po = k->out[0], *mo = k->out[1], *vo = k->out[2];
+    int64_t n = k->in_t[0]->numel;
+    double t = (double)(k->env->step + 1);
+    float b1 = at->beta1, b2 = at->beta2, eps = at->opt_eps;
+    float decay = (float)(1.0 - (double)at->lr * (double)at->weight_decay);
+    float step_size = (float)((double)at->lr / (1.0 - pow((double)b1, t)));
+    float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
+    float c1 = 1.0f - b1, c2 = 1.0f - b2;
+    bool decays = at->weight_decay != 0.0f;
+    int nt = delta_cpu_threads();
+    (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > OPT_MIN)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i], gi = g[i];
+        if (decays) pi = pi * decay;
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        mo[i] = mi;
+        vo[i] = vi;
+        po[i] = pi - step_size * (mi / denom);
+    }
+}

@@ -1,0 +1,106 @@
+/* CPU kernels: the reference implementation of every op, forward and
+ * backward. Every other backend's kernels are tested against these.
+ *
+ * Determinism rule for every kernel here: each output element is computed
+ * by exactly one thread in a fixed order, so results do not depend on
+ * scheduling or on the thread count; no reduction is split across threads
+ * unless its partial results are combined in a fixed order. */
+#ifndef DELTA_CPU_KERNELS_H
+#define DELTA_CPU_KERNELS_H
+
+#include "graph/graph_impl.h"
+
+/* Values a kernel reads besides its operands. */
+typedef struct delta_kernel_env {
+    uint64_t seed;   /* the program's seed (dropout) */
+    int64_t step;    /* training step, 0-based (dropout, Adam bias terms) */
+    bool training;   /* false: batch norm uses running stats, dropout off */
+} delta_kernel_env;
+
+/* Everything one kernel call needs. Shapes come from the tensor records;
+ * data pointers are DELTA_ALIGN-aligned. For in-place ops out[i] may equal
+ * an in[j]. */
+typedef struct delta_kargs {
+    const delta_op *op;
+    const delta_tensor *in_t[DELTA_MAX_OP_IN];
+    const void *in[DELTA_MAX_OP_IN];
+    const delta_tensor *out_t[DELTA_MAX_OP_OUT];
+    void *out[DELTA_MAX_OP_OUT];
+    void *ws;          /* op->workspace bytes of scratch, or NULL if 0 */
+    const delta_kernel_env *env;
+} delta_kargs;
+
+typedef void (*delta_kernel_fn)(const delta_kargs *k);
+
+/* Runs the kernel of k->op's type. */
+void delta_cpu_run(const delta_kargs *k);
+
+/* ---- GEMM -------------------------------------------------------------
+ * Row-major C (M x N) = alpha * op(A) op(B) + beta * C, op = transpose when
+ * ta/tb; lda, ldb, ldc are row strides. Goes to OpenBLAS when built with it
+ * and selected, else to the built-in blocked kernel. */
+void delta_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                float alpha, const float *a, int64_t lda, const float *b,
+                int64_t ldb, float beta, float *c, int64_t ldc);
+void delta_gemm_builtin(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float *c,
+                        int64_t ldc);
+
+/* ---- kernels, one per op type (grouped by file) ------------------------ */
+/* k_matmul.c */
+void delta_k_matmul(const delta_kargs *k);
+void delta_k_linear(const delta_kargs *k);
+void delta_k_sum_leading(const delta_kargs *k);
+/* k_conv.c */
+void delta_k_conv2d(const delta_kargs *k);
+void delta_k_conv2d_dx(const delta_kargs *k);
+void delta_k_conv2d_dw(const delta_kargs *k);
+void delta_k_bias_grad_nchw(const delta_kargs *k);
+/* k_pool.c */
+void delta_k_maxpool2d(const delta_kargs *k);
+void delta_k_maxpool2d_bwd(const delta_kargs *k);
+void delta_k_avgpool2d(const delta_kargs *k);
+void delta_k_avgpool2d_bwd(const delta_kargs *k);
+void delta_k_global_avgpool(const delta_kargs *k);
+void delta_k_global_avgpool_bwd(const delta_kargs *k);
+/* k_norm.c */
+void delta_k_batchnorm(const delta_kargs *k);
+void delta_k_batchnorm_bwd(const delta_kargs *k);
+void delta_k_bn_running_update(const delta_kargs *k);
+void delta_k_layernorm(const delta_kargs *k);
+void delta_k_layernorm_bwd(const delta_kargs *k);
+/* k_eltwise.c */
+void delta_k_relu(const delta_kargs *k);
+void delta_k_relu_bwd(const delta_kargs *k);
+void delta_k_gelu(const delta_kargs *k);
+void delta_k_gelu_bwd(const delta_kargs *k);
+void delta_k_add(const delta_kargs *k);
+void delta_k_mul(const delta_kargs *k);
+void delta_k_scale(const delta_kargs *k);
+void delta_k_sum(const delta_kargs *k);
+void delta_k_fill(const delta_kargs *k);
+void delta_k_broadcast(const delta_kargs *k);
+void delta_k_dropout(const delta_kargs *k);
+void delta_k_dropout_bwd(const delta_kargs *k);
+/* k_softmax.c */
+void delta_k_softmax(const delta_kargs *k);
+void delta_k_softmax_bwd(const delta_kargs *k);
+void delta_k_cross_entropy(const delta_kargs *k);
+void delta_k_cross_entropy_bwd(const delta_kargs *k);
+/* k_layout.c */
+void delta_k_embedding(const delta_kargs *k);
+void delta_k_embedding_bwd(const delta_kargs *k);
+void delta_k_transpose(const delta_kargs *k);
+void delta_k_split(const delta_kargs *k);
+void delta_k_concat(const delta_kargs *k);
+/* k_optim.c */
+void delta_k_sgd_update(const delta_kargs *k);
+void delta_k_adamw_update(const delta_kargs *k);
+
+/* Dropout's keep test for element i, shared by forward and backward so both
+ * draw the same mask: keyed by (seed, forward op id, step). */
+bool delta_dropout_keep(uint64_t seed, int op_id, int64_t step, int64_t i,
+                        float p);
+
+#endif

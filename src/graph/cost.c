@@ -1,0 +1,112 @@
+/* The cost model inputs of every op: floating-point operations, bytes read
+ * and written, and scratch workspace. The simulator and the policies plan
+ * from these; they are estimates of the work, not measurements. */
+#include "graph/graph_impl.h"
+
+static const delta_tensor *T(const delta_ctx *ctx, int id) {
+    return ctx->tensors[id];
+}
+
+void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
+    double bytes = 0;
+    for (int i = 0; i < op->n_in; i++) bytes += (double)T(ctx, op->in[i])->bytes;
+    for (int i = 0; i < op->n_out; i++)
+        bytes += (double)T(ctx, op->out[i])->bytes;
+    const delta_tensor *x = op->n_in ? T(ctx, op->in[0]) : NULL;
+    const delta_tensor *y = op->n_out ? T(ctx, op->out[0]) : NULL;
+    double n_out = y ? (double)y->numel : 0;
+    double n_in = x ? (double)x->numel : 0;
+    double flops = 0;
+    size_t ws = 0;
+    switch (op->type) {
+    case DELTA_OP_MATMUL: {
+        const delta_tensor *a = x;
+        int64_t k = op->a.trans_a ? a->shape[a->ndim - 2]
+                                  : a->shape[a->ndim - 1];
+        flops = 2.0 * n_out * (double)k;
+        break;
+    }
+    case DELTA_OP_LINEAR:
+        flops = 2.0 * n_out * (double)x->shape[x->ndim - 1] + n_out;
+        break;
+    case DELTA_OP_CONV2D:
+    case DELTA_OP_CONV2D_DX:
+    case DELTA_OP_CONV2D_DW: {
+        /* geometry from the forward input shape and the weight shape */
+        const int64_t *xs, *wsh;
+        if (op->type == DELTA_OP_CONV2D) {
+            xs = x->shape;
+            wsh = T(ctx, op->in[1])->shape;
+        } else if (op->type == DELTA_OP_CONV2D_DX) {
+            xs = y->shape;
+            wsh = T(ctx, op->in[1])->shape;
+        } else {
+            xs = x->shape;
+            wsh = y->shape;
+        }
+        delta_conv_geom g = delta_conv_geom_of(xs, wsh, op->a.stride,
+                                               op->a.pad);
+        flops = 2.0 * (double)(g.n * g.k * g.p * g.q) *
+                (double)(g.c * g.r * g.s);
+        ws = delta_conv_workspace(&g, op->type);
+        break;
+    }
+    case DELTA_OP_BATCHNORM:
+    case DELTA_OP_LAYERNORM:
+        flops = 8.0 * n_in;
+        break;
+    case DELTA_OP_BATCHNORM_BWD:
+    case DELTA_OP_LAYERNORM_BWD:
+        flops = 12.0 * n_in;
+        break;
+    case DELTA_OP_GELU:
+    case DELTA_OP_GELU_BWD:
+        flops = 20.0 * n_out;
+        break;
+    case DELTA_OP_SOFTMAX:
+    case DELTA_OP_SOFTMAX_BWD:
+    case DELTA_OP_CROSS_ENTROPY:
+    case DELTA_OP_CROSS_ENTROPY_BWD:
+        flops = 5.0 * (n_in > n_out ? n_in : n_out);
+        break;
+    case DELTA_OP_MAXPOOL2D:
+    case DELTA_OP_AVGPOOL2D:
+        flops = n_out * op->a.k * op->a.k;
+        break;
+    case DELTA_OP_MAXPOOL2D_BWD:
+    case DELTA_OP_AVGPOOL2D_BWD:
+        flops = (double)T(ctx, op->in[op->n_in - 1])->numel * op->a.k *
+                op->a.k;
+        break;
+    case DELTA_OP_ADAMW_UPDATE:
+        flops = 12.0 * n_in;
+        break;
+    case DELTA_OP_SGD_UPDATE:
+        flops = 5.0 * n_in;
+        break;
+    case DELTA_OP_RESHAPE:
+        bytes = 0; /* a view */
+        break;
+    case DELTA_OP_EMBEDDING:
+    case DELTA_OP_EMBEDDING_BWD:
+    case DELTA_OP_TRANSPOSE:
+    case DELTA_OP_SPLIT:
+    case DELTA_OP_CONCAT:
+    case DELTA_OP_FILL:
+    case DELTA_OP_BROADCAST:
+        /* pure data movement: bytes as counted (embedding reads only the
+           looked-up rows, not the whole table) */
+        if (op->type == DELTA_OP_EMBEDDING)
+            bytes = (double)x->bytes + 2.0 * (double)y->bytes;
+        else if (op->type == DELTA_OP_EMBEDDING_BWD)
+            bytes = (double)x->bytes + 2.0 * (double)T(ctx, op->in[1])->bytes +
+                    (double)y->bytes;
+        break;
+    default:
+        flops = n_in > n_out ? n_in : n_out;
+        break;
+    }
+    op->flops = flops;
+    op->bytes = bytes;
+    op->workspace = ws;
+}

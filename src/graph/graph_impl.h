@@ -1,0 +1,182 @@
+/* Internal view of the graph: the tensor and op records behind the public
+ * handles of delta/graph.h. The runtime, executors and kernels read these;
+ * only src/graph/ writes them. */
+#ifndef DELTA_GRAPH_IMPL_H
+#define DELTA_GRAPH_IMPL_H
+
+#include "delta/graph.h"
+
+/* Every op type. Forward ops first, then the backward-only ones, then the
+ * in-place updates. Names are in op_type_names (ops.c). */
+typedef enum delta_op_type {
+    /* forward (some are also used by backward passes) */
+    DELTA_OP_MATMUL = 0,
+    DELTA_OP_LINEAR,
+    DELTA_OP_CONV2D,
+    DELTA_OP_BATCHNORM,      /* ins: x, gamma, beta[, rmean, rvar]
+                                outs: y, mean (C), var (C, biased) */
+    DELTA_OP_LAYERNORM,      /* ins: x[, gamma, beta]
+                                outs: y, mean (rows), rstd (rows) */
+    DELTA_OP_RELU,
+    DELTA_OP_GELU,
+    DELTA_OP_MAXPOOL2D,
+    DELTA_OP_AVGPOOL2D,
+    DELTA_OP_GLOBAL_AVGPOOL,
+    DELTA_OP_ADD,
+    DELTA_OP_MUL,
+    DELTA_OP_SCALE,
+    DELTA_OP_SUM,
+    DELTA_OP_EMBEDDING,
+    DELTA_OP_SOFTMAX,
+    DELTA_OP_DROPOUT,
+    DELTA_OP_CROSS_ENTROPY,
+    DELTA_OP_RESHAPE,        /* a view: no kernel, no data moved */
+    DELTA_OP_TRANSPOSE,
+    DELTA_OP_SPLIT,
+    DELTA_OP_CONCAT,
+    DELTA_OP_FILL,           /* out filled with attrs.value */
+    /* backward */
+    DELTA_OP_SUM_LEADING,    /* (..., S) -> (S): sums over leading dims */
+    DELTA_OP_CONV2D_DX,      /* ins: dy, w          outs: dx */
+    DELTA_OP_CONV2D_DW,      /* ins: x, dy          outs: dw */
+    DELTA_OP_BIAS_GRAD_NCHW, /* ins: dy (N,K,P,Q)   outs: db (K) */
+    DELTA_OP_BATCHNORM_BWD,  /* ins: x, gamma, mean, var, dy; outs: dx, dgamma, dbeta */
+    DELTA_OP_LAYERNORM_BWD,  /* ins: x, mean, rstd, dy[, gamma]
+                                outs: dx[, dgamma, dbeta] */
+    DELTA_OP_RELU_BWD,       /* ins: y, dy */
+    DELTA_OP_GELU_BWD,       /* ins: x, dy */
+    DELTA_OP_MAXPOOL2D_BWD,  /* ins: x, dy */
+    DELTA_OP_AVGPOOL2D_BWD,  /* ins: dy; out shape from attrs */
+    DELTA_OP_GLOBAL_AVGPOOL_BWD, /* ins: dy (N,C); outs: dx (N,C,H,W) */
+    DELTA_OP_BROADCAST,      /* ins: scalar; outs: tensor filled with it */
+    DELTA_OP_EMBEDDING_BWD,  /* ins: ids, dy; outs: dtable */
+    DELTA_OP_SOFTMAX_BWD,    /* ins: y, dy */
+    DELTA_OP_DROPOUT_BWD,    /* ins: dy; mask from attrs.fwd_op's RNG key */
+    DELTA_OP_CROSS_ENTROPY_BWD, /* ins: logits, targets, dloss */
+    /* in-place updates of persistent tensors */
+    DELTA_OP_BN_RUNNING_UPDATE, /* ins: mean, var, rmean, rvar; outs: rmean, rvar */
+    DELTA_OP_SGD_UPDATE,     /* ins: p, g[, buf]; outs: p[, buf] */
+    DELTA_OP_ADAMW_UPDATE,   /* ins: p, g, m, v; outs: p, m, v */
+    DELTA_OP_TYPE_COUNT
+} delta_op_type;
+
+/* Attributes of an op; each type reads only its own fields. */
+typedef struct delta_op_attrs {
+    int trans_a, trans_b;  /* matmul */
+    float alpha;           /* matmul scale */
+    int k, stride, pad;    /* conv (k unused), pools */
+    int dim;               /* split, concat, transpose (d0) */
+    int dim1;              /* transpose (d1) */
+    int causal;            /* softmax */
+    int has_mask;          /* softmax: ins[1] is the key mask */
+    int ignore_index;      /* cross entropy */
+    float eps, momentum;   /* norms */
+    double count;          /* bn running update: elements per channel */
+    float p;               /* dropout */
+    float value;           /* fill, scale */
+    int fwd_op;            /* dropout_bwd: the forward op keying the RNG */
+    float lr, beta1, beta2, weight_decay, opt_eps; /* optimizers */
+    int nesterov, has_momentum;
+} delta_op_attrs;
+
+typedef struct delta_op {
+    int id;
+    delta_op_type type;
+    delta_phase phase;
+    int n_in, n_out;
+    int in[DELTA_MAX_OP_IN];   /* tensor ids */
+    int out[DELTA_MAX_OP_OUT]; /* tensor ids */
+    delta_op_attrs a;
+    double flops, bytes;
+    size_t workspace;
+    bool recomputable;  /* pure function of its inputs (and RNG key) */
+    bool inplace;       /* outputs are existing persistent tensors */
+    char name[DELTA_NAME_LEN];
+} delta_op;
+
+struct delta_tensor {
+    delta_ctx *ctx;
+    int id;
+    delta_dtype dtype;
+    delta_tensor_kind kind;
+    int ndim;
+    int64_t shape[DELTA_MAX_DIMS];
+    int64_t numel;
+    size_t bytes;
+    int producer;       /* op id, or -1 for leaves */
+    int view_of;        /* id of the tensor whose storage this one views
+                           (always a root: views of views are flattened),
+                           or -1 when it has storage of its own */
+    int grad;           /* id of d loss / d this, or -1 */
+    bool requires_grad;
+    delta_init init;
+    char name[DELTA_NAME_LEN];
+};
+
+struct delta_ctx {
+    delta_tensor **tensors; /* by id; each allocated once, so handles stay */
+    int n_tensors, cap_tensors;
+    delta_op *ops;          /* by id; referenced by id only, may move */
+    int n_ops, cap_ops;
+    delta_status status;
+    char err[512];
+    uint64_t seed;
+    bool has_backward, has_optimizer;
+    delta_phase phase;      /* phase given to ops being appended */
+};
+
+const char *delta_op_type_name(delta_op_type t);
+
+static inline const delta_op *delta_ctx_op(const delta_ctx *ctx, int i) {
+    return &ctx->ops[i];
+}
+
+/* Records the first error; later ones are ignored. Returns NULL so
+ * constructors can `return delta_ctx_fail(...)`. */
+void *delta_ctx_fail(delta_ctx *ctx, delta_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Creates a tensor record (kind, dtype, shape) with no producer. */
+delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
+                               delta_dtype dtype, int ndim,
+                               const int64_t *shape, const char *name);
+
+/* Appends an op with its inputs; outputs are attached with
+ * delta_op_add_output. Returns the op (valid until the next append). */
+delta_op *delta_op_append(delta_ctx *ctx, delta_op_type type,
+                          const delta_tensor *const *ins, int n_in);
+/* Creates a new output tensor of op (kind from the op's phase). */
+delta_tensor *delta_op_add_output(delta_ctx *ctx, delta_op *op,
+                                  delta_dtype dtype, int ndim,
+                                  const int64_t *shape);
+/* Sets flops, bytes, workspace of an op from its type and shapes. */
+void delta_op_set_cost(delta_ctx *ctx, delta_op *op);
+
+/* Storage root of a tensor: itself, or the tensor it views. */
+static inline int delta_tensor_root(const delta_ctx *ctx, int id) {
+    int v = ctx->tensors[id]->view_of;
+    return v >= 0 ? v : id;
+}
+
+/* Persistent tensors live across steps (params, consts, state). */
+static inline bool delta_kind_persistent(delta_tensor_kind k) {
+    return k == DELTA_KIND_PARAM || k == DELTA_KIND_CONST ||
+           k == DELTA_KIND_STATE;
+}
+
+/* Conv2d geometry shared by the graph (shapes, costs, workspace) and the
+ * kernels, so both agree on the im2col workspace. */
+typedef struct delta_conv_geom {
+    int64_t n, c, h, w;   /* input */
+    int64_t k, r, s;      /* filters */
+    int64_t p, q;         /* output spatial */
+    int stride, pad;
+    int64_t chunk;        /* images per im2col chunk */
+} delta_conv_geom;
+
+delta_conv_geom delta_conv_geom_of(const int64_t *xshape, const int64_t *wshape,
+                                   int stride, int pad);
+/* Scratch bytes the conv kernels use for one chunk of images. */
+size_t delta_conv_workspace(const delta_conv_geom *g, delta_op_type type);
+
+#endif

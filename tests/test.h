@@ -1,0 +1,91 @@
+/* A tiny test harness: each tests/test_*.c is one binary whose main() calls
+ * TEST_RUN(fn) for each test function. A test fails when any CHECK in it
+ * fails; it goes on after a failed CHECK so one run shows every problem.
+ * Each binary prints "ok   name" / "FAIL name" lines and a final
+ * "# results: P passed, F failed" line that tests/run.sh sums up;
+ * "skip name: why" lines count as neither. */
+#ifndef DELTA_TEST_H
+#define DELTA_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_failed_checks_;
+static int test_passed_;
+static int test_failed_;
+static int test_skipped_;
+static const char *test_skip_why_;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            test_failed_checks_++;                                         \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed: ", __FILE__,       \
+                    __LINE__, #cond);                                      \
+            fprintf(stderr, " " __VA_ARGS__);                              \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+/* Marks the running test skipped (with a reason) and returns from it. */
+#define TEST_SKIP(why)                                                     \
+    do {                                                                   \
+        test_skip_why_ = (why);                                            \
+        return;                                                            \
+    } while (0)
+
+#define TEST_RUN(fn)                                                       \
+    do {                                                                   \
+        test_failed_checks_ = 0;                                           \
+        test_skip_why_ = NULL;                                             \
+        fn();                                                              \
+        if (test_skip_why_) {                                              \
+            test_skipped_++;                                               \
+            printf("skip %s: %s\n", #fn, test_skip_why_);                  \
+        } else if (test_failed_checks_) {                                  \
+            test_failed_++;                                                \
+            printf("FAIL %s\n", #fn);                                      \
+        } else {                                                           \
+            test_passed_++;                                                \
+            printf("ok   %s\n", #fn);                                      \
+        }                                                                  \
+        fflush(stdout);                                                    \
+    } while (0)
+
+#define TEST_MAIN_END()                                                    \
+    do {                                                                   \
+        printf("# results: %d passed, %d failed, %d skipped\n",            \
+               test_passed_, test_failed_, test_skipped_);                 \
+        return test_failed_ ? 1 : 0;                                       \
+    } while (0)
+
+/* Compares two float arrays with |a - b| <= atol + rtol*|b| (b is the
+ * reference); on failure prints the count and the worst element. Returns 1
+ * when all elements are close. */
+static inline int test_allclose(const char *what, const float *a,
+                                const float *b, long n, double atol,
+                                double rtol) {
+    long bad = 0, worst = -1;
+    double worst_excess = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        double tol = atol + rtol * fabs((double)b[i]);
+        if (!(d <= tol)) {
+            bad++;
+            double ex = isnan(d) ? INFINITY : d - tol;
+            if (worst < 0 || ex > worst_excess) { worst = i; worst_excess = ex; }
+        }
+    }
+    if (bad) {
+        test_failed_checks_++;
+        fprintf(stderr,
+                "  %s: %ld of %ld elements differ (atol %g, rtol %g); worst "
+                "[%ld]: got %.9g expected %.9g\n",
+                what, bad, n, atol, rtol, worst, a[worst], b[worst]);
+    }
+    return bad == 0;
+}
+
+#endif

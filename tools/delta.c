@@ -1,0 +1,40 @@
+/* The delta command line. Subcommands grow with the project; today it
+ * answers --help and --version and lists what the build uses. */
+#include "delta/delta.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: delta <command> [options]\n"
+            "\n"
+            "Train deep networks inside a fixed device-memory budget.\n"
+            "\n"
+            "commands:\n"
+            "  train      train a model (coming with the models issue)\n"
+            "  maxbatch   largest batch that fits a device (coming)\n"
+            "  bench      grid of models, policies and budgets (coming)\n"
+            "\n"
+            "options:\n"
+            "  -h, --help     show this help\n"
+            "  --version      print the version and the build's features\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("delta %s (%s)\n", DELTA_VERSION_STRING, delta_build_features());
+        return 0;
+    }
+    fprintf(stderr, "delta: unknown command '%s'; see 'delta --help'\n", cmd);
+    return 2;
+}
