@@ -75,7 +75,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -131,6 +131,10 @@ bench-kernels:
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_kernels
 	@scripts/bench_kernels.sh $(BUILD)/bench/bench_kernels
+
+bench-pool:
+	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_pool
+	$(BUILD)/bench/bench_pool
 
 clean:
 	rm -rf build

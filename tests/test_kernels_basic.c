@@ -130,7 +130,7 @@ static int append_op(delta_ctx *ctx, delta_op_type type,
     return id;
 }
 
-/* ---- GEMM ----------------------------------------------------------------- */
+/* ---- GEMM --------------------------------------------------------------- */
 
 /* op(X)(i, j) of a row-major X with row stride ld. */
 static double at(const float *x, int64_t ld, bool t, int64_t i, int64_t j) {
@@ -301,7 +301,8 @@ static void test_gemm_blas(void) {
     CHECK(delta_cpu_set_gemm(DELTA_GEMM_BLAS) == DELTA_ERR_UNSUPPORTED);
     CHECK(delta_cpu_gemm() == DELTA_GEMM_BUILTIN);
     gemm_sweep(0, "delta_gemm (built-in only)");
-    printf("# built without OpenBLAS: delta_gemm checked on the built-in path\n");
+    printf("# built without OpenBLAS: delta_gemm checked on the built-in "
+           "path\n");
 #endif
 }
 
@@ -374,7 +375,7 @@ static void test_cpu_config(void) {
 #endif
 }
 
-/* ---- matmul, linear, sum_leading ------------------------------------------ */
+/* ---- matmul, linear, sum_leading ---------------------------------------- */
 
 /* Checks delta_k_matmul on a (an dims) and b (bn dims) against a double
  * reference, with the current GEMM path. */
@@ -542,7 +543,7 @@ static void test_sum_leading(void) {
     delta_cpu_set_threads(2);
 }
 
-/* ---- elementwise ------------------------------------------------------------ */
+/* ---- elementwise -------------------------------------------------------- */
 
 /* A run of the last op (unary) with random inputs in [lo, hi). */
 static void unary_run(run *r, delta_ctx *ctx, float lo, float hi) {
@@ -589,7 +590,8 @@ static double gelu_d(double x) {
 static double gelu_grad_d(double x) {
     const double c = 0.7978845608028654;
     double t = tanh(c * (x + 0.044715 * x * x * x));
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+    return 0.5 * (1 + t) +
+           0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
 }
 
 static void test_gelu(void) {
@@ -616,7 +618,8 @@ static void test_gelu(void) {
     fill_rand(rb.in[1], n, -2, 2);
     delta_k_gelu_bwd(&rb.k);
     const float *dy = rb.in[1];
-    for (int64_t i = 0; i < n; i++) ref[i] = (float)(dy[i] * gelu_grad_d(xd[i]));
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = (float)(dy[i] * gelu_grad_d(xd[i]));
     test_allclose("gelu_bwd vs formula", rb.out[0], ref, (long)n, 1e-5, 1e-5);
 
     const float h = 1.0f / 64; /* exact in float */
@@ -783,7 +786,7 @@ static void test_sum(void) {
     delta_cpu_set_threads(2);
 }
 
-/* ---- dropout ----------------------------------------------------------------- */
+/* ---- dropout ------------------------------------------------------------ */
 
 static void test_dropout(void) {
     delta_cpu_set_threads(2);
@@ -879,7 +882,7 @@ static void test_dropout(void) {
     delta_ctx_free(ctx);
 }
 
-/* ---- optimizers ---------------------------------------------------------------- */
+/* ---- optimizers --------------------------------------------------------- */
 
 /* An in-place update op of `type` on ins, writing outs (input indices). */
 static int append_update(delta_ctx *ctx, delta_op_type type,

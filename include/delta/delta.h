@@ -8,5 +8,10 @@
 #include "delta/exec.h"
 #include "delta/cpu.h"
 #include "delta/safetensors.h"
+#include "delta/models.h"
+#include "delta/data.h"
+#include "delta/backend.h"
+#include "delta/pool.h"
+#include "delta/dryplan.h"
 
 #endif

@@ -49,7 +49,7 @@
 typedef void (*ukernel_fn)(int64_t kc, const float *pa, const float *pb,
                            float *c, int64_t ldc, float alpha, float beta);
 
-/* ---- micro-kernels -------------------------------------------------------- */
+/* ---- micro-kernels ------------------------------------------------------ */
 
 typedef float v4f __attribute__((vector_size(16)));
 
@@ -138,6 +138,10 @@ ukernel_avx2(int64_t kc, const float *pa, const float *pb, float *c,
     ai = _mm256_broadcast_ss(pa + (off) * MR + 5);                         \
     c50 = _mm256_fmadd_ps(ai, b0, c50);                                    \
     c51 = _mm256_fmadd_ps(ai, b1, c51);
+    for (int i = 0; i < MR; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + NR - 1), _MM_HINT_T0);
+    }
     int64_t p = 0;
     for (; p + 4 <= kc; p += 4) {
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
@@ -177,12 +181,14 @@ static int ukernel_force;
 
 static bool cpu_has_avx2(void) {
 #ifdef GEMM_X86
-    static int has = -1;
-    if (has < 0) {
+    static int has = -1; /* filled once; racing threads store the same */
+    int h = __atomic_load_n(&has, __ATOMIC_RELAXED);
+    if (h < 0) {
         __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&has, h, __ATOMIC_RELAXED);
     }
-    return has;
+    return h;
 #else
     return false;
 #endif
@@ -190,81 +196,130 @@ static bool cpu_has_avx2(void) {
 
 int delta_gemm_builtin_kernel(int force);
 int delta_gemm_builtin_kernel(int force) {
-    ukernel_force = force;
+    __atomic_store_n(&ukernel_force, force, __ATOMIC_RELAXED);
     if (force == 1 || !cpu_has_avx2()) return 1;
     return 2;
 }
 
 static ukernel_fn pick_ukernel(void) {
 #ifdef GEMM_X86
-    if (ukernel_force != 1 && cpu_has_avx2()) return ukernel_avx2;
+    if (__atomic_load_n(&ukernel_force, __ATOMIC_RELAXED) != 1 &&
+        cpu_has_avx2())
+        return ukernel_avx2;
 #endif
     return ukernel_generic;
 }
 
-/* ---- packing -------------------------------------------------------------- */
+/* ---- packing ------------------------------------------------------------ */
 
 /* Packs op(A)[i0:i0+mc, p0:p0+kc] into MR-high panels ([kc][MR] each), zero
- * padding the last panel. op(A)(i, p) = ta ? a[p*lda + i] : a[i*lda + p]. */
+ * padding the last panel. op(A)(i, p) = ta ? a[p*lda + i] : a[i*lda + p].
+ * Source rows are read front to back (prefetch-friendly). */
 static void pack_a(bool ta, const float *a, int64_t lda, int64_t i0,
                    int64_t mc, int64_t p0, int64_t kc, float *dst) {
+    if (ta) {
+        for (int64_t p = 0; p < kc; p++) {
+            const float *s = a + (p0 + p) * lda + i0;
+            float *d = dst + p * MR;
+            int64_t ir = 0;
+            for (; ir + MR <= mc; ir += MR) memcpy(d + ir * kc, s + ir,
+                                                   MR * sizeof(float));
+            for (int64_t i = 0; ir < mc && i < MR; i++)
+                d[ir * kc + i] = ir + i < mc ? s[ir + i] : 0.0f;
+        }
+        return;
+    }
     for (int64_t ir = 0; ir < mc; ir += MR, dst += MR * kc) {
         int64_t mr = mc - ir < MR ? mc - ir : MR;
-        if (!ta) {
-            const float *r[MR];
-            for (int64_t i = 0; i < MR; i++)
-                r[i] = a + (i0 + ir + (i < mr ? i : 0)) * lda + p0;
-            if (mr == MR) {
-                for (int64_t p = 0; p < kc; p++) {
-                    float *d = dst + p * MR;
-                    d[0] = r[0][p]; d[1] = r[1][p]; d[2] = r[2][p];
-                    d[3] = r[3][p]; d[4] = r[4][p]; d[5] = r[5][p];
-                }
-            } else {
-                for (int64_t p = 0; p < kc; p++)
-                    for (int64_t i = 0; i < MR; i++)
-                        dst[p * MR + i] = i < mr ? r[i][p] : 0.0f;
+        const float *r[MR];
+        for (int64_t i = 0; i < MR; i++)
+            r[i] = a + (i0 + ir + (i < mr ? i : 0)) * lda + p0;
+        if (mr == MR) {
+            for (int64_t p = 0; p < kc; p++) {
+                float *d = dst + p * MR;
+                d[0] = r[0][p]; d[1] = r[1][p]; d[2] = r[2][p];
+                d[3] = r[3][p]; d[4] = r[4][p]; d[5] = r[5][p];
             }
         } else {
-            for (int64_t p = 0; p < kc; p++) {
-                const float *s = a + (p0 + p) * lda + i0 + ir;
-                float *d = dst + p * MR;
-                for (int64_t i = 0; i < MR; i++) d[i] = i < mr ? s[i] : 0.0f;
-            }
+            for (int64_t p = 0; p < kc; p++)
+                for (int64_t i = 0; i < MR; i++)
+                    dst[p * MR + i] = i < mr ? r[i][p] : 0.0f;
         }
     }
 }
+
+#ifdef GEMM_X86
+/* One full NR-wide panel of a transposed B (b[j*ldb + p]): 8x8 blocks
+ * transposed in registers. */
+__attribute__((target("avx2"))) GEMM_OPT_O3 static void
+pack_bt_panel_avx2(const float *b, int64_t ldb, int64_t kc, float *dst) {
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+        for (int h = 0; h < 2; h++) {
+            const float *s = b + (int64_t)h * 8 * ldb + p;
+            __m256 r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(s + i * ldb);
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+                u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+            }
+            float *d = dst + p * NR + h * 8;
+            for (int i = 0; i < 4; i++) {
+                _mm256_store_ps(d + i * NR,
+                                _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+                _mm256_store_ps(d + (i + 4) * NR,
+                                _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+            }
+        }
+    }
+    for (; p < kc; p++)
+        for (int64_t j = 0; j < NR; j++) dst[p * NR + j] = b[j * ldb + p];
+}
+#endif
 
 /* Packs op(B)[p0:p0+kc, j0:j0+nc] into NR-wide panels ([kc][NR] each), zero
  * padding the last panel. op(B)(p, j) = tb ? b[j*ldb + p] : b[p*ldb + j]. */
 static void pack_b(bool tb, const float *b, int64_t ldb, int64_t p0,
                    int64_t kc, int64_t j0, int64_t nc, float *dst) {
+    if (!tb) {
+        /* row by row of B: panel jr/NR starts at dst + jr*kc */
+        for (int64_t p = 0; p < kc; p++) {
+            const float *s = b + (p0 + p) * ldb + j0;
+            float *d = dst + p * NR;
+            int64_t jr = 0;
+            for (; jr + NR <= nc; jr += NR)
+                memcpy(d + jr * kc, s + jr, NR * sizeof(float));
+            for (int64_t j = 0; jr < nc && j < NR; j++)
+                d[jr * kc + j] = jr + j < nc ? s[jr + j] : 0.0f;
+        }
+        return;
+    }
     for (int64_t jr = 0; jr < nc; jr += NR, dst += NR * kc) {
         int64_t nr = nc - jr < NR ? nc - jr : NR;
-        if (!tb) {
-            for (int64_t p = 0; p < kc; p++) {
-                const float *s = b + (p0 + p) * ldb + j0 + jr;
-                float *d = dst + p * NR;
-                if (nr == NR) {
-                    memcpy(d, s, NR * sizeof(float));
-                } else {
-                    for (int64_t j = 0; j < NR; j++) d[j] = j < nr ? s[j] : 0.0f;
-                }
-            }
-        } else {
-            for (int64_t j = 0; j < NR; j++) {
-                if (j < nr) {
-                    const float *s = b + (j0 + jr + j) * ldb + p0;
-                    for (int64_t p = 0; p < kc; p++) dst[p * NR + j] = s[p];
-                } else {
-                    for (int64_t p = 0; p < kc; p++) dst[p * NR + j] = 0.0f;
-                }
+#ifdef GEMM_X86
+        if (nr == NR && cpu_has_avx2()) {
+            pack_bt_panel_avx2(b + (j0 + jr) * ldb + p0, ldb, kc, dst);
+            continue;
+        }
+#endif
+        for (int64_t j = 0; j < NR; j++) {
+            if (j < nr) {
+                const float *s = b + (j0 + jr + j) * ldb + p0;
+                for (int64_t p = 0; p < kc; p++) dst[p * NR + j] = s[p];
+            } else {
+                for (int64_t p = 0; p < kc; p++) dst[p * NR + j] = 0.0f;
             }
         }
     }
 }
 
-/* ---- blocked driver -------------------------------------------------------- */
+/* ---- blocked driver ----------------------------------------------------- */
 
 /* C block (mc x nc) from packed A (mc x kc) and packed B (kc x nc). */
 static void macro_kernel(ukernel_fn uk, int64_t mc, int64_t nc, int64_t kc,
@@ -329,7 +384,7 @@ static void gemm_region(const gemm_args *g, int64_t m0, int64_t m1,
     }
 }
 
-/* ---- per-thread packing buffers ------------------------------------------ */
+/* ---- per-thread packing buffers ----------------------------------------- */
 
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
@@ -354,7 +409,7 @@ static float *thread_buffer(void) {
     return buf;
 }
 
-/* ---- entry points ---------------------------------------------------------- */
+/* ---- entry points ------------------------------------------------------- */
 
 /* C = beta * C (zeros when beta == 0: C is not read). */
 static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc) {

@@ -15,8 +15,10 @@
 #define EW_MIN 32768
 
 #ifdef _OPENMP
+#define EW_PRAGMA(x) _Pragma(#x)
 #define EW_PARALLEL_FOR                                                    \
-    _Pragma("omp parallel for schedule(static) num_threads(nt_) if (n_ > EW_MIN)")
+    EW_PRAGMA(omp parallel for schedule(static) num_threads(nt_)           \
+                  if (n_ > EW_MIN))
 #else
 #define EW_PARALLEL_FOR
 #endif
@@ -80,7 +82,7 @@ void delta_k_add(const delta_kargs *k) {
     const float *a = k->in[0], *b = k->in[1];
     float *y = k->out[0];
     int64_t n = k->out_t[0]->numel, bn = k->in_t[1]->numel;
-    if (n == 0) return;
+    if (n == 0 || bn == 0) return;
     if (bn == n) {
         EW_SETUP(n);
         EW_PARALLEL_FOR

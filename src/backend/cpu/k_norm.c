@@ -1,66 +1,118 @@
 /* Normalization kernels: batch norm (training and eval), its gradient and
  * running-statistics update; layer norm and its gradient.
  *
- * Statistics are accumulated in double, each one by a single thread in a
- * fixed order (batch norm: parallel over channels, each channel summed
- * image by image; layer norm: parallel over rows; its dgamma/dbeta: parallel
- * over column blocks, each summed row by row), so results do not depend on
- * the thread count. */
+ * Statistics are accumulated in double (layer norm's short rows: in float
+ * lanes combined in double), each one by a single thread in a fixed order
+ * (batch norm: parallel over channels, each channel summed image by image;
+ * layer norm: parallel over rows; its dgamma/dbeta: parallel over column
+ * blocks, each summed row by row), so results do not depend on the thread
+ * count. */
 #include "backend/cpu/kernels.h"
+#include "delta/cpu.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Sums of a contiguous run in double with four fixed partial sums. */
+/* Loops touching fewer elements than this run on the calling thread alone:
+ * waking the team costs more (results are the same either way). */
+#define PAR_MIN 32768
+
+#ifdef _OPENMP
+#define K_PRAGMA(x) _Pragma(#x)
+/* A static-schedule parallel loop over independent outputs on the CPU
+ * backend's thread count, when cond holds (else on the calling thread). */
+#define PAR_FOR(cond)                                                      \
+    K_PRAGMA(omp parallel for schedule(static)                             \
+                 num_threads(delta_cpu_threads()) if (cond))
+#define SIMD K_PRAGMA(omp simd)
+#else
+#define PAR_FOR(cond)
+#define SIMD
+#endif
+
+/* Reductions in double over 8 fixed lanes (element j goes to lane j % 8,
+ * lanes combined in a fixed tree), so they vectorize and their result does
+ * not depend on anything but the data. */
+#define LANES 8
+
+static inline double lanes_total(const double *a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Σ p[i] */
 static inline double dsum(const float *p, int64_t n) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    double a[LANES] = {0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
-    }
-    for (; i < n; i++) a0 += p[i];
-    return (a0 + a1) + (a2 + a3);
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) a[l] += p[i + l];
+    for (int l = 0; i < n; i++, l++) a[l] += p[i];
+    return lanes_total(a);
 }
 
 /* Σ (p[i] - m)^2 */
 static inline double dsum_sq_dev(const float *p, int64_t n, double m) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    double a[LANES] = {0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        double d0 = p[i] - m, d1 = p[i + 1] - m, d2 = p[i + 2] - m,
-               d3 = p[i + 3] - m;
-        a0 += d0 * d0;
-        a1 += d1 * d1;
-        a2 += d2 * d2;
-        a3 += d3 * d3;
-    }
-    for (; i < n; i++) {
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            double d = p[i + l] - m;
+            a[l] += d * d;
+        }
+    for (int l = 0; i < n; i++, l++) {
         double d = p[i] - m;
-        a0 += d * d;
+        a[l] += d * d;
     }
-    return (a0 + a1) + (a2 + a3);
+    return lanes_total(a);
 }
 
-/* Σ dy[i] and Σ dy[i] (x[i] - m) */
+/* *s_dy += Σ dy[i], *s_dyx += Σ dy[i] (x[i] - m) */
 static inline void dsum2(const float *dy, const float *x, int64_t n, double m,
                          double *s_dy, double *s_dyx) {
-    double a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+    double a[LANES] = {0}, b[LANES] = {0};
     int64_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-        a0 += dy[i];
-        a1 += dy[i + 1];
-        b0 += (double)dy[i] * (x[i] - m);
-        b1 += (double)dy[i + 1] * (x[i + 1] - m);
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            a[l] += dy[i + l];
+            b[l] += (double)dy[i + l] * (x[i + l] - m);
+        }
+    for (int l = 0; i < n; i++, l++) {
+        a[l] += dy[i];
+        b[l] += (double)dy[i] * (x[i] - m);
     }
-    for (; i < n; i++) {
-        a0 += dy[i];
-        b0 += (double)dy[i] * (x[i] - m);
+    *s_dy += lanes_total(a);
+    *s_dyx += lanes_total(b);
+}
+
+/* Row reductions for layer norm: float partial sums in 8 fixed lanes
+ * (rows are short, a few hundred to a few thousand elements), lanes
+ * combined in double in a fixed tree. */
+static inline double flanes_total(const float *a) {
+    return (((double)a[0] + a[1]) + ((double)a[2] + a[3])) +
+           (((double)a[4] + a[5]) + ((double)a[6] + a[7]));
+}
+
+static inline double fsum(const float *p, int64_t n) {
+    float a[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) a[l] += p[i + l];
+    for (int l = 0; i < n; i++, l++) a[l] += p[i];
+    return flanes_total(a);
+}
+
+static inline double fsum_sq_dev(const float *p, int64_t n, float m) {
+    float a[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float d = p[i + l] - m;
+            a[l] += d * d;
+        }
+    for (int l = 0; i < n; i++, l++) {
+        float d = p[i] - m;
+        a[l] += d * d;
     }
-    *s_dy += a0 + a1;
-    *s_dyx += b0 + b1;
+    return flanes_total(a);
 }
 
 /* x (N, C, H, W) or (N, C): channel c's data is N runs of hw floats at
@@ -88,7 +140,7 @@ void delta_k_batchnorm(const delta_kargs *k) {
     const float *rvar = use_running ? k->in[4] : NULL;
     const int64_t count = s.n * s.hw;
     const int64_t C = s.c, hw = s.hw;
-#pragma omp parallel for schedule(static)
+    PAR_FOR(C * count >= PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         double m, v;
         if (use_running) {
@@ -113,13 +165,14 @@ void delta_k_batchnorm(const delta_kargs *k) {
         for (int64_t n = 0; n < s.n; n++) {
             const float *xp = x + (n * C + c) * hw;
             float *yp = y + (n * C + c) * hw;
+            SIMD
             for (int64_t i = 0; i < hw; i++) yp[i] = xp[i] * sc + sh;
         }
     }
     if (hw != 1) return;
     /* (N, C): recompute each channel's scale and shift from mean/var (same
      * arithmetic as above) and write rows in parallel. */
-#pragma omp parallel for schedule(static)
+    PAR_FOR(C * count >= PAR_MIN)
     for (int64_t n = 0; n < s.n; n++) {
         const float *xp = x + n * C;
         float *yp = y + n * C;
@@ -159,7 +212,7 @@ void delta_k_batchnorm_bwd(const delta_kargs *k) {
     float *dbeta = k->op->n_out > 2 ? k->out[2] : NULL;
     const double eps = k->op->a.eps;
     const int64_t C = s.c, hw = s.hw, count = s.n * s.hw;
-#pragma omp parallel for schedule(static)
+    PAR_FOR(C * count >= PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         const double m = mean[c];
         const double rstd = 1.0 / sqrt((double)var[c] + eps);
@@ -180,18 +233,20 @@ void delta_k_batchnorm_bwd(const delta_kargs *k) {
         if (dbeta) dbeta[c] = (float)sdy;
         if (!dx || count == 0) continue;
         /* dx = gamma rstd (dy - Σdy/M - xhat Σ(dy xhat)/M)
-         *    = a dy + b x + e with a, b, e per channel */
+         *    = a dy + b (x - mean) + e with a, b, e per channel */
         const double g = gamma[c];
         const double a = g * rstd;
         const double b = -g * rstd * rstd * dg / (double)count;
-        const double e = -a * sdy / (double)count - b * m;
-        const float fa = (float)a, fb = (float)b, fe = (float)e;
+        const double e = -a * sdy / (double)count;
+        const float fa = (float)a, fb = (float)b, fe = (float)e,
+                    fm = mean[c];
         for (int64_t n = 0; n < s.n; n++) {
             const float *xp = x + (n * C + c) * hw;
             const float *dyp = dy + (n * C + c) * hw;
             float *dxp = dx + (n * C + c) * hw;
+            SIMD
             for (int64_t i = 0; i < hw; i++)
-                dxp[i] = fa * dyp[i] + fb * xp[i] + fe;
+                dxp[i] = fa * dyp[i] + fb * (xp[i] - fm) + fe;
         }
     }
 }
@@ -206,20 +261,21 @@ void delta_k_layernorm(const delta_kargs *k) {
     const float *beta = k->op->n_in >= 3 ? k->in[2] : NULL;
     float *y = k->out[0], *mean = k->out[1], *rstd = k->out[2];
     const double eps = k->op->a.eps;
-#pragma omp parallel for schedule(static)
+    PAR_FOR(rows * d >= PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xp = x + r * d;
         float *yp = y + r * d;
-        double m = dsum(xp, d) / (double)d;
-        double v = dsum_sq_dev(xp, d, m) / (double)d;
-        double rs = 1.0 / sqrt(v + eps);
-        mean[r] = (float)m;
-        rstd[r] = (float)rs;
-        const float fm = (float)m, frs = (float)rs;
+        const float fm = (float)(fsum(xp, d) / (double)d);
+        double v = fsum_sq_dev(xp, d, fm) / (double)d;
+        const float frs = (float)(1.0 / sqrt(v + eps));
+        mean[r] = fm;
+        rstd[r] = frs;
         if (gamma) {
+            SIMD
             for (int64_t j = 0; j < d; j++)
                 yp[j] = (xp[j] - fm) * frs * gamma[j] + beta[j];
         } else {
+            SIMD
             for (int64_t j = 0; j < d; j++) yp[j] = (xp[j] - fm) * frs;
         }
     }
@@ -227,7 +283,7 @@ void delta_k_layernorm(const delta_kargs *k) {
 
 /* Columns per block of the dgamma/dbeta reduction (accumulators on the
  * stack). */
-#define LN_COLS 64
+#define LN_COLS 128
 
 void delta_k_layernorm_bwd(const delta_kargs *k) {
     /* ins: x, mean, rstd, dy[, gamma]; outs: dx[, dgamma, dbeta] */
@@ -241,31 +297,48 @@ void delta_k_layernorm_bwd(const delta_kargs *k) {
     float *dgamma = k->op->n_out >= 3 ? k->out[1] : NULL;
     float *dbeta = k->op->n_out >= 3 ? k->out[2] : NULL;
     if (dx) {
-#pragma omp parallel for schedule(static)
+        PAR_FOR(rows * d >= PAR_MIN)
         for (int64_t r = 0; r < rows; r++) {
             const float *xp = x + r * d, *dyp = dy + r * d;
             float *dxp = dx + r * d;
             const float fm = mean[r], frs = rstd[r];
             /* g = dy·gamma; dx = rstd (g - mean(g) - xhat mean(g xhat)) */
-            double sg = 0, sgx = 0;
-            for (int64_t j = 0; j < d; j++) {
-                double g = gamma ? (double)dyp[j] * gamma[j] : dyp[j];
-                double xh = (double)((xp[j] - fm) * frs);
-                sg += g;
-                sgx += g * xh;
-            }
-            const float mg = (float)(sg / (double)d);
-            const float mgx = (float)(sgx / (double)d);
-            for (int64_t j = 0; j < d; j++) {
+            float a[LANES] = {0}, bl[LANES] = {0};
+            int64_t j = 0;
+            for (; j + LANES <= d; j += LANES)
+                for (int l = 0; l < LANES; l++) {
+                    float g = gamma ? dyp[j + l] * gamma[j + l] : dyp[j + l];
+                    float xh = (xp[j + l] - fm) * frs;
+                    a[l] += g;
+                    bl[l] += g * xh;
+                }
+            for (int l = 0; j < d; j++, l++) {
                 float g = gamma ? dyp[j] * gamma[j] : dyp[j];
                 float xh = (xp[j] - fm) * frs;
-                dxp[j] = frs * (g - mg - xh * mgx);
+                a[l] += g;
+                bl[l] += g * xh;
+            }
+            const double sg = flanes_total(a), sgx = flanes_total(bl);
+            const float mg = (float)(sg / (double)d);
+            const float mgx = (float)(sgx / (double)d);
+            if (gamma) {
+                SIMD
+                for (int64_t jj = 0; jj < d; jj++) {
+                    float xh = (xp[jj] - fm) * frs;
+                    dxp[jj] = frs * (dyp[jj] * gamma[jj] - mg - xh * mgx);
+                }
+            } else {
+                SIMD
+                for (int64_t jj = 0; jj < d; jj++) {
+                    float xh = (xp[jj] - fm) * frs;
+                    dxp[jj] = frs * (dyp[jj] - mg - xh * mgx);
+                }
             }
         }
     }
     if (!dgamma && !dbeta) return;
     const int64_t blocks = (d + LN_COLS - 1) / LN_COLS;
-#pragma omp parallel for schedule(static)
+    PAR_FOR(rows * d >= PAR_MIN)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t j0 = b * LN_COLS;
         const int64_t nj = d - j0 < LN_COLS ? d - j0 : LN_COLS;
@@ -274,6 +347,13 @@ void delta_k_layernorm_bwd(const delta_kargs *k) {
         for (int64_t r = 0; r < rows; r++) {
             const float *xp = x + r * d + j0, *dyp = dy + r * d + j0;
             const float fm = mean[r], frs = rstd[r];
+            if (r + 8 < rows) { /* rows are far apart: no hardware prefetch */
+                for (int64_t j = 0; j < nj; j += 16) {
+                    __builtin_prefetch(xp + 8 * d + j);
+                    __builtin_prefetch(dyp + 8 * d + j);
+                }
+            }
+            SIMD
             for (int64_t j = 0; j < nj; j++) {
                 float xh = (xp[j] - fm) * frs;
                 ag[j] += (double)dyp[j] * xh;

@@ -1,0 +1,80 @@
+/* delta — backends: where a program's ops run and its device bytes live.
+ *   cpu  real kernels; the device is one arena of exactly the budget in
+ *        host memory; two copy-engine threads move data to and from a
+ *        separate host store, throttled to an emulated link bandwidth.
+ *   sim  a virtual GPU (presets below): nothing is computed or allocated;
+ *        ops advance a compute clock by a roofline cost model, copies
+ *        advance two copy-stream clocks.
+ * The runtime drives a backend through the internal interface in
+ * src/backend/backend.h; this header only creates and describes them. */
+#ifndef DELTA_BACKEND_H
+#define DELTA_BACKEND_H
+
+#include "delta/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct delta_backend delta_backend;
+
+typedef struct delta_cpu_backend_opts {
+    /* Emulated host link in GB/s (1e9 bytes/s) per direction.
+     * < 0: the default, set from the measured GEMM speed so that moving one
+     *      byte takes as long as 1,000 flops (a V100 or H100 on PCIe; see
+     *      docs/DEVICE.md); measured once per process and thread count;
+     *   0: unthrottled (memcpy speed). */
+    double link_gbps;
+    /* Fixed cost per copy in seconds. < 0: the default, 10 us on a
+     * throttled link and none on an unthrottled one; 0: none. */
+    double link_latency_s;
+} delta_cpu_backend_opts;
+
+/* Both constructors return NULL and write a message to err on failure
+ * (unknown preset, no memory, threads that cannot start). */
+delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
+                                     char *err, size_t err_len);
+
+/* A simulated device (figures and sources: src/backend/sim/presets.c and
+ * docs/DEVICE.md). */
+typedef struct delta_gpu_preset {
+    const char *name;          /* "v100-16g", ... */
+    const char *description;
+    double memory_bytes;       /* nominal capacity in GiB x 2^30 */
+    double fp32_flops;         /* peak FLOP/s, fp32 CUDA cores */
+    double tensor_flops;       /* peak FLOP/s, tf32 (A100/H100) or fp16 (V100) */
+    double hbm_bytes_per_s;
+    double link_bytes_per_s;   /* effective host link, per direction */
+    double link_latency_s;
+} delta_gpu_preset;
+
+/* Presets, NULL-name terminated: v100-16g, v100-32g, a100-40g, a100-80g,
+ * h100-80g. */
+const delta_gpu_preset *delta_gpu_presets(void);
+/* The preset of that name (case-sensitive), or NULL. */
+const delta_gpu_preset *delta_gpu_preset_find(const char *name);
+
+typedef struct delta_sim_backend_opts {
+    const char *gpu;           /* preset name (NULL: "v100-16g") */
+    bool tensor_cores;         /* cost matmul/conv at tensor_flops */
+} delta_sim_backend_opts;
+
+delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
+                                     char *err, size_t err_len);
+
+/* Drains pending copies, stops the copy engines, frees the arena. NULL is
+ * a no-op. */
+void delta_backend_free(delta_backend *b);
+/* "cpu" or "sim"; never NULL. */
+const char *delta_backend_name(const delta_backend *b);
+/* The link bandwidth in bytes/s (per direction) this backend emulates or
+ * models; 0 when unthrottled. */
+double delta_backend_link_bps(const delta_backend *b);
+/* Device memory of the backend's device (sim: the preset's; cpu: 0 =
+ * no fixed size). */
+double delta_backend_device_bytes(const delta_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

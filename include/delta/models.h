@@ -1,0 +1,127 @@
+/* delta — the built-in models, built only through the public graph API.
+ *
+ * Families and their tensor names (so checkpoints interchange with
+ * PyTorch as safetensors):
+ *   mlp                      "fc1.weight", "fc1.bias", ... "fc3.bias"
+ *                            (nn.Linear layout (out, in))
+ *   resnet18/34/50/101/152   torchvision's ResNet ("conv1.weight",
+ *                            "bn1.running_mean", "layer1.0.conv1.weight",
+ *                            "layer2.0.downsample.1.weight", "fc.weight",
+ *                            ...); running stats are STATE tensors
+ *   gpt2-tiny/small/medium/large/xl
+ *                            Hugging Face GPT2LMHeadModel
+ *                            ("transformer.h.0.attn.c_attn.weight" in Conv1D
+ *                            layout (in, out); lm_head tied to wte)
+ *   bert-tiny/base/large     Hugging Face BertForMaskedLM ("bert.encoder.
+ *                            layer.0.attention.self.query.weight", ...,
+ *                            "cls.predictions.bias"; the decoder is tied to
+ *                            the word embeddings)
+ *
+ * Inputs (the model's INPUT tensors, by name):
+ *   classifiers  "images" (N, C, H, W) F32, "labels" (N) I32
+ *   GPT-2        "tokens" (B, T) I32, "targets" (B, T) I32: the next tokens
+ *                (the caller shifts; -100 leaves a position out)
+ *   BERT         "tokens" (B, T) I32, "targets" (B, T) I32 (the original
+ *                token at masked positions, -100 elsewhere),
+ *                "attention_mask" (B, T) F32 (1 keep, 0 padding)
+ * Transformers also have CONST tensors that the caller must fill once
+ * after placing the program: call delta_model_fill_constants.
+ *
+ * Known differences from the PyTorch originals:
+ *  - BERT's word-embedding row 0 (the padding token) is not zeroed at init
+ *    and its lookup gradient is not stopped (nn.Embedding padding_idx).
+ *    Both agree whenever padding positions are masked and have target
+ *    -100, the only way padding is meant to be used.
+ *  - BERT's GELU is the tanh form until graph.h offers the erf form (see
+ *    src/models/bert.c). */
+#ifndef DELTA_MODELS_H
+#define DELTA_MODELS_H
+
+#include "delta/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum delta_model_task {
+    DELTA_TASK_CLASSIFY = 0,  /* images -> labels */
+    DELTA_TASK_CAUSAL_LM,     /* tokens -> next tokens (GPT-2) */
+    DELTA_TASK_MASKED_LM,     /* masked tokens -> original tokens (BERT) */
+} delta_model_task;
+
+/* dropout value that asks for the model's default. */
+#define DELTA_MODEL_DROPOUT_DEFAULT (-1.0f)
+
+/* A model's configuration. Zero fields take the named model's defaults
+ * (resnet: 224x224x3 images, 1000 classes, width 64; mlp: 28x28x1 images,
+ * 10 classes, 256 hidden; gpt2-small: 12 layers, 768 hidden, 12 heads,
+ * T 1024, vocab 50257, 1024 positions). Fields that do not apply to the
+ * named family must stay 0. The one exception to "zero is the default" is
+ * dropout: 0 disables it, a negative value (DELTA_MODEL_DROPOUT_DEFAULT)
+ * takes the default 0.1. */
+typedef struct delta_model_config {
+    const char *name;     /* "resnet18", "gpt2-small", "bert-tiny", ... */
+    int64_t batch;        /* required, >= 1 */
+    /* image models (mlp, resnet) */
+    int64_t image_size;   /* H = W */
+    int64_t channels, classes;
+    int64_t width;        /* resnet: channels of layer1 (torchvision 64) */
+    int64_t mlp_hidden;   /* mlp: width of fc1 and fc2 */
+    /* transformers (gpt2, bert) */
+    int64_t layers, hidden, heads, seq_len, vocab;
+    /* rows of the position table (GPT-2 n_positions, BERT
+     * max_position_embeddings): 1024 for GPT-2, raised to seq_len when that
+     * is longer; 512 for BERT, where seq_len may not exceed it */
+    int64_t positions;
+    float dropout;        /* see above; must be < 1 */
+} delta_model_config;
+
+/* What a built model exposes. */
+typedef struct delta_model {
+    delta_model_task task;
+    delta_model_config cfg;     /* with defaults filled in */
+    delta_tensor *loss;         /* scalar mean cross-entropy */
+    delta_tensor *logits;       /* (N, classes) or (B*T, V) */
+    delta_tensor *input;        /* "images" or "tokens" */
+    delta_tensor *target;       /* "labels" or "targets" */
+    delta_tensor *mask;         /* BERT "attention_mask" (B, T), else NULL */
+    delta_tensor *positions;    /* transformers: "positions" (T) I32 CONST,
+                                   must hold 0..T-1; else NULL */
+    delta_tensor *token_types;  /* BERT: "token_type_ids" (1) I32 CONST,
+                                   must hold 0; else NULL */
+    int64_t n_params;           /* trained parameters (tied ones once) */
+    int n_param_tensors;        /* PARAM tensors the model made */
+    char error[256];            /* why the build failed, "" on success */
+} delta_model;
+
+/* Checks cfg and fills in the defaults of its model (into *out, which may
+ * be cfg itself). On error writes a message naming the bad field into err
+ * (err_len bytes, may be NULL) and returns DELTA_ERR_INVALID_ARG; an
+ * unknown name's message lists the valid names. */
+delta_status delta_model_resolve(const delta_model_config *cfg,
+                                 delta_model_config *out, char *err,
+                                 size_t err_len);
+
+/* Records the model's forward pass (and loss) into ctx. Returns the
+ * status; on error out->error says why: a bad config (ctx untouched) or
+ * the graph's first error (also in delta_ctx_error). Call delta_backward
+ * and an optimizer afterwards for training. */
+delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
+                               delta_model *out);
+
+/* Writes the model's constants (positions 0..T-1, token type 0) through
+ * data_of, which returns the host data of a tensor (e.g. a wrapper around
+ * delta_exec_data). Call once after the program is placed and before the
+ * first run; models without constants write nothing. */
+void delta_model_fill_constants(const delta_model *m,
+                                void *(*data_of)(void *ud,
+                                                 const delta_tensor *t),
+                                void *ud);
+
+/* Names of the built-in models, NULL-terminated. */
+const char *const *delta_model_names(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

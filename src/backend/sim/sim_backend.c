@@ -1,0 +1,219 @@
+/* The sim backend: a virtual GPU. Nothing is computed and nothing is
+ * allocated; ops and copies advance three virtual clocks (seconds), one per
+ * stream, so the runtime and its policies can plan and be measured on
+ * paper-scale models in seconds. Deterministic: the same calls give the
+ * same clocks, bit for bit.
+ *
+ * Cost model (also docs/DEVICE.md; constants in src/backend/backend.h):
+ *   t(reshape) = 0 (a view: no kernel, no data moved)
+ *   t(op) = launch + max(flops / (peak * eff_compute),
+ *                        bytes / (hbm * eff_mem))
+ *     launch       5 us per kernel
+ *     GEMM-like ops (matmul, linear, conv2d, conv2d_dx, conv2d_dw):
+ *                  peak = tensor_flops with tensor_cores, else fp32_flops;
+ *                  eff_compute = 0.7 (cuBLAS/cuDNN reach 60-75% of peak on
+ *                  large shapes)
+ *     other ops:   peak = fp32_flops, eff_compute = 0.25 (they are memory
+ *                  bound: the term only matters for flop-heavy pointwise
+ *                  ops such as GELU)
+ *     eff_mem      0.8 of the HBM bandwidth (what STREAM-like kernels reach)
+ *   a copy on a copy stream: latency + bytes / link_bytes_per_s;
+ *   a copy on the compute stream (a device-side move): launch +
+ *     2 bytes / (hbm * eff_mem) (read and write).
+ *
+ * Clocks. run advances the compute clock by t(op). A copy on a copy stream
+ * starts at max(that stream's clock, the compute clock at issue time): the
+ * runtime issues copies from the host thread in program order, and the host
+ * is where the compute stream is (kernels run in its order), so a copy
+ * cannot start before the work issued ahead of it on the host. It ends
+ * start + t(copy), which becomes the stream's clock. record(s) returns
+ * {s, items issued on s, clock of s}. wait(s, e) sets clock[s] =
+ * max(clock[s], e.time). The host's time is the compute clock, so query(e)
+ * is e.time <= compute clock, and sync(e) (the host blocks until e) moves
+ * the compute clock to e.time like wait(compute, e). clock() is the compute
+ * clock.
+ *
+ * Memory. arena_create succeeds for any size with base NULL (only offsets
+ * matter). host_alloc hands out unique fake addresses from a private
+ * counter (starting at 1 MiB, each block padded to 4 KiB so the ranges never
+ * overlap); they are tokens, never memory, and must not be dereferenced.
+ * It returns NULL only when the fake address space would run out. */
+#include "backend/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sim_backend {
+    delta_backend base;  /* base.ctx == this */
+    const delta_gpu_preset *gpu;
+    bool tensor_cores;
+    double clock[DELTA_STREAM_COUNT];
+    uint64_t seq[DELTA_STREAM_COUNT];
+    uint64_t next_token;
+} sim_backend;
+
+#define TOKEN_START ((uint64_t)1 << 20)
+#define TOKEN_ALIGN ((uint64_t)4096)
+#define TOKEN_LIMIT ((uint64_t)1 << 62)
+
+static double max2(double a, double b) { return a > b ? a : b; }
+
+static bool gemm_like(delta_op_type t) {
+    return t == DELTA_OP_MATMUL || t == DELTA_OP_LINEAR ||
+           t == DELTA_OP_CONV2D || t == DELTA_OP_CONV2D_DX ||
+           t == DELTA_OP_CONV2D_DW;
+}
+
+double delta_sim_op_seconds(const delta_gpu_preset *gpu, bool tensor_cores,
+                            const delta_op *op) {
+    if (op->type == DELTA_OP_RESHAPE) return 0.0;
+    bool g = gemm_like(op->type);
+    double peak = g && tensor_cores ? gpu->tensor_flops : gpu->fp32_flops;
+    double eff = g ? DELTA_SIM_EFF_GEMM : DELTA_SIM_EFF_OTHER;
+    double tc = op->flops / (peak * eff);
+    double tm = op->bytes / (gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
+    return DELTA_SIM_LAUNCH_S + max2(tc, tm);
+}
+
+double delta_sim_copy_seconds(const delta_gpu_preset *gpu, double bytes) {
+    return gpu->link_latency_s + bytes / gpu->link_bytes_per_s;
+}
+
+static delta_status sim_arena_create(void *ctx, size_t bytes, void **base) {
+    (void)ctx;
+    (void)bytes;
+    if (base) *base = NULL;
+    return DELTA_OK;
+}
+
+static void sim_arena_destroy(void *ctx) { (void)ctx; }
+
+static void *sim_host_alloc(void *ctx, size_t bytes) {
+    sim_backend *sb = ctx;
+    uint64_t n = (uint64_t)bytes;
+    if (n >= TOKEN_LIMIT || sb->next_token >= TOKEN_LIMIT - n) return NULL;
+    n = (n + TOKEN_ALIGN - 1) / TOKEN_ALIGN * TOKEN_ALIGN;
+    if (n == 0) n = TOKEN_ALIGN;
+    void *p = (void *)(uintptr_t)sb->next_token;
+    sb->next_token += n;
+    return p;
+}
+
+static void sim_host_free(void *ctx, void *p) {
+    (void)ctx;
+    (void)p;
+}
+
+static void sim_run(void *ctx, const delta_kargs *k) {
+    sim_backend *sb = ctx;
+    sb->clock[DELTA_STREAM_COMPUTE] +=
+        delta_sim_op_seconds(sb->gpu, sb->tensor_cores, k->op);
+    sb->seq[DELTA_STREAM_COMPUTE]++;
+}
+
+static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
+                     size_t bytes) {
+    sim_backend *sb = ctx;
+    (void)dst;
+    (void)src;
+    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
+    if (s == DELTA_STREAM_COMPUTE) {
+        sb->clock[s] += DELTA_SIM_LAUNCH_S +
+                        2.0 * (double)bytes /
+                            (sb->gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
+    } else {
+        double start = max2(sb->clock[s], sb->clock[DELTA_STREAM_COMPUTE]);
+        sb->clock[s] = start + delta_sim_copy_seconds(sb->gpu, (double)bytes);
+    }
+    sb->seq[s]++;
+}
+
+static delta_event sim_record(void *ctx, delta_stream s) {
+    sim_backend *sb = ctx;
+    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
+    return (delta_event){s, sb->seq[s], sb->clock[s]};
+}
+
+static void sim_wait(void *ctx, delta_stream s, delta_event e) {
+    sim_backend *sb = ctx;
+    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT &&
+                 (unsigned)e.stream < DELTA_STREAM_COUNT);
+    DELTA_ASSERTF(e.seq <= sb->seq[e.stream], "event %llu of stream %d was "
+                  "never recorded", (unsigned long long)e.seq, (int)e.stream);
+    sb->clock[s] = max2(sb->clock[s], e.time);
+}
+
+static bool sim_query(void *ctx, delta_event e) {
+    sim_backend *sb = ctx;
+    return e.time <= sb->clock[DELTA_STREAM_COMPUTE];
+}
+
+static void sim_sync(void *ctx, delta_event e) {
+    sim_wait(ctx, DELTA_STREAM_COMPUTE, e);
+}
+
+static double sim_clock(void *ctx) {
+    sim_backend *sb = ctx;
+    return sb->clock[DELTA_STREAM_COMPUTE];
+}
+
+static double sim_op_cost(void *ctx, const delta_op *op) {
+    sim_backend *sb = ctx;
+    return delta_sim_op_seconds(sb->gpu, sb->tensor_cores, op);
+}
+
+static void sim_destroy(void *ctx) { free(ctx); }
+
+static const delta_backend_ops sim_ops = {
+    .arena_create = sim_arena_create,
+    .arena_destroy = sim_arena_destroy,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .run = sim_run,
+    .copy = sim_copy,
+    .record = sim_record,
+    .wait = sim_wait,
+    .query = sim_query,
+    .sync = sim_sync,
+    .clock = sim_clock,
+    .op_cost = sim_op_cost,
+    .destroy = sim_destroy,
+};
+
+delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
+                                     char *err, size_t err_len) {
+    char dummy[8];
+    if (!err) { err = dummy; err_len = sizeof dummy; }
+    const char *name = opts && opts->gpu ? opts->gpu : "v100-16g";
+    const delta_gpu_preset *gpu = delta_gpu_preset_find(name);
+    if (!gpu) {
+        char names[256] = "";
+        size_t len = 0;
+        for (const delta_gpu_preset *p = delta_gpu_presets(); p->name; p++) {
+            int w = snprintf(names + len, sizeof names - len, "%s%s",
+                             len ? ", " : "", p->name);
+            if (w < 0 || (size_t)w >= sizeof names - len) break;
+            len += (size_t)w;
+        }
+        snprintf(err, err_len, "unknown GPU preset '%s' (known: %s)", name,
+                 names);
+        return NULL;
+    }
+    sim_backend *sb = calloc(1, sizeof *sb);
+    if (!sb) {
+        snprintf(err, err_len, "sim backend: out of host memory");
+        return NULL;
+    }
+    sb->gpu = gpu;
+    sb->tensor_cores = opts && opts->tensor_cores;
+    sb->next_token = TOKEN_START;
+    sb->base.name = "sim";
+    sb->base.ops = &sim_ops;
+    sb->base.ctx = sb;
+    sb->base.link_bps = gpu->link_bytes_per_s;
+    sb->base.link_latency_s = gpu->link_latency_s;
+    sb->base.device_bytes = gpu->memory_bytes;
+    sb->base.has_data = false;
+    return &sb->base;
+}

@@ -1,0 +1,771 @@
+/* Tests for the backends (src/backend/backend.c, cpu/cpu_backend.c,
+ * sim/sim_backend.c, sim/presets.c).
+ *
+ * cpu: the arena is one block of exactly N bytes; host_alloc of an absurd
+ * size returns NULL; copies on one stream are delivered in order (many
+ * copies to one place: the last one wins, also past the ring's capacity);
+ * unthrottled copies are byte-exact; a kernel runs while a throttled copy
+ * is in flight (the copy's event is still incomplete when the kernel has
+ * returned); the two copy streams run concurrently (two opposite copies
+ * take about the time of one); wait(TO_DEVICE, event of TO_HOST) orders
+ * across streams and wait(COMPUTE, e) blocks; destroying drains; the
+ * throttle gives the configured bandwidth within 10% (the one timing
+ * assertion of the spec: median of several large copies); the default
+ * bandwidth is GEMM FLOP/s / 1,000.
+ *
+ * sim: presets and unknown names; the same calls give the same clocks;
+ * copies overlap compute (the compute clock ignores them until waited on),
+ * start no earlier than the compute clock at issue, serialize per stream;
+ * wait, query and sync move and read clocks as documented; the roofline
+ * (a large GEMM is compute-bound and scales with FLOP/s across presets, a
+ * large elementwise op is memory-bound and scales with HBM bandwidth;
+ * tensor cores speed up only GEMMs); arena and host tokens. */
+#include "backend/backend.h"
+#include "delta/cpu.h"
+#include "graph/graph_impl.h"
+
+#include <stdint.h>
+#include <time.h>
+
+#include "test.h"
+
+/* Sanitizer allocators abort on absurd sizes unless told to return NULL,
+ * which is what host_alloc's contract needs. */
+#if defined(__SANITIZE_THREAD__)
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) {
+    return "allocator_may_return_null=1";
+}
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+    return "allocator_may_return_null=1";
+}
+#endif
+
+/* Under a sanitizer memcpy is several times slower (every byte's shadow is
+ * checked), so on a small machine two engines copying at a link speed
+ * close to it would compete for the cores, not for the link: the
+ * concurrency and throttle tests slow their links down by this factor
+ * there. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SLOWDOWN 5.0
+#else
+#define SLOWDOWN 1.0
+#endif
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static delta_backend *cpu_new(double gbps, double latency) {
+    char err[256];
+    delta_cpu_backend_opts o = {.link_gbps = gbps, .link_latency_s = latency};
+    delta_backend *b = delta_backend_cpu_new(&o, err, sizeof err);
+    if (!b) {
+        fprintf(stderr, "cpu backend: %s\n", err);
+        exit(2);
+    }
+    return b;
+}
+
+static delta_backend *sim_new(const char *gpu, bool tc) {
+    char err[256];
+    delta_sim_backend_opts o = {.gpu = gpu, .tensor_cores = tc};
+    delta_backend *b = delta_backend_sim_new(&o, err, sizeof err);
+    if (!b) {
+        fprintf(stderr, "sim backend: %s\n", err);
+        exit(2);
+    }
+    return b;
+}
+
+static void *xalloc(size_t bytes) {
+    void *p = delta_alloc_aligned(bytes);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static void fill_pattern(void *p, size_t n, uint32_t seed) {
+    unsigned char *c = p;
+    uint32_t s = seed * 2654435761u + 12345u;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        c[i] = (unsigned char)(s >> 24);
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+/* Seconds to copy bytes on stream s and wait for it. */
+static double timed_copy(delta_backend *b, delta_stream s, void *dst,
+                         const void *src, size_t bytes) {
+    double t0 = now_s();
+    delta_backend_copy(b, s, dst, src, bytes);
+    delta_backend_sync(b, delta_backend_record(b, s));
+    return now_s() - t0;
+}
+
+/* The last op of ctx. */
+static const delta_op *last_op(delta_ctx *ctx) {
+    return &ctx->ops[ctx->n_ops - 1];
+}
+
+/* ---- cpu: memory -------------------------------------------------------- */
+
+static void test_cpu_arena_exact(void) {
+    delta_backend *b = cpu_new(0, -1);
+    CHECK(strcmp(delta_backend_name(b), "cpu") == 0);
+    CHECK(delta_backend_has_data(b));
+    CHECK(delta_backend_device_bytes(b) == 0);
+    CHECK(delta_backend_link_bps(b) == 0, "unthrottled");
+    CHECK(b->link_latency_s == 0, "unthrottled: no default latency");
+    const size_t n = 1000003; /* odd: not a multiple of anything */
+    void *base = NULL;
+    CHECK(delta_backend_arena_create(b, n, &base) == DELTA_OK);
+    CHECK(base != NULL);
+    CHECK((uintptr_t)base % DELTA_ALIGN == 0);
+    if (base) {
+        memset(base, 0xab, n); /* every byte of the N is ours (ASan) */
+        CHECK(((unsigned char *)base)[n - 1] == 0xab);
+    }
+    /* a new arena replaces the old one */
+    void *base2 = NULL;
+    CHECK(delta_backend_arena_create(b, 4096, &base2) == DELTA_OK);
+    CHECK(base2 != NULL);
+    if (base2) memset(base2, 1, 4096);
+    /* an impossible arena fails cleanly */
+    void *base3 = (void *)1;
+    CHECK(delta_backend_arena_create(b, (size_t)1 << 62, &base3) ==
+          DELTA_ERR_NOMEM);
+    CHECK(base3 == NULL);
+    CHECK(delta_backend_arena_create(b, 0, &base3) == DELTA_OK);
+    delta_backend_arena_destroy(b);
+    delta_backend_arena_destroy(b); /* twice is harmless */
+    delta_backend_free(b);
+    delta_backend_free(NULL);
+}
+
+static void test_cpu_host_alloc(void) {
+    delta_backend *b = cpu_new(0, -1);
+    void *p = delta_backend_host_alloc(b, (size_t)1 << 62);
+    CHECK(p == NULL, "an absurd host allocation must return NULL");
+    CHECK(delta_backend_host_alloc(b, SIZE_MAX) == NULL);
+    CHECK(delta_backend_host_alloc(b, SIZE_MAX - 10) == NULL);
+    void *q = delta_backend_host_alloc(b, 1 << 20);
+    CHECK(q != NULL && (uintptr_t)q % DELTA_ALIGN == 0);
+    if (q) memset(q, 0, 1 << 20);
+    delta_backend_host_free(b, q);
+    delta_backend_host_free(b, NULL);
+    CHECK(delta_backend_op_cost(b, NULL) == -1.0, "cpu has no cost model");
+    delta_backend_free(b);
+}
+
+/* ---- cpu: copies -------------------------------------------------------- */
+
+/* Many copies to one place on one stream: the last one wins. n copies of
+ * `bytes` each, from n different sources. */
+static void copies_last_wins(delta_backend *b, delta_stream s, int n,
+                             size_t bytes) {
+    unsigned char *src = xalloc((size_t)n * bytes);
+    unsigned char *dst = xalloc(bytes);
+    for (int i = 0; i < n; i++) fill_pattern(src + (size_t)i * bytes, bytes, (uint32_t)i);
+    memset(dst, 0, bytes);
+    delta_event e0 = delta_backend_record(b, s);
+    for (int i = 0; i < n; i++)
+        delta_backend_copy(b, s, dst, src + (size_t)i * bytes, bytes);
+    delta_event e = delta_backend_record(b, s);
+    CHECK(e.stream == s);
+    CHECK(e.seq == e0.seq + (uint64_t)n, "seq %llu after %d copies from %llu",
+          (unsigned long long)e.seq, n, (unsigned long long)e0.seq);
+    delta_backend_sync(b, e);
+    CHECK(delta_backend_query(b, e));
+    CHECK(delta_backend_query(b, e0));
+    CHECK(memcmp(dst, src + (size_t)(n - 1) * bytes, bytes) == 0,
+          "stream %d: the last of %d copies must win", (int)s, n);
+    delta_free_aligned(src);
+    delta_free_aligned(dst);
+}
+
+static void test_cpu_copy_order(void) {
+    /* unthrottled, past the ring's capacity (1024) so the producer blocks */
+    delta_backend *b = cpu_new(0, -1);
+    copies_last_wins(b, DELTA_STREAM_TO_HOST, 3000, 4096);
+    copies_last_wins(b, DELTA_STREAM_TO_DEVICE, 3000, 4096);
+    copies_last_wins(b, DELTA_STREAM_COMPUTE, 10, 4096);
+    delta_backend_free(b);
+    /* throttled: 200 x 64 KiB at 2 GB/s, ~7 ms per stream */
+    b = cpu_new(2.0, 0);
+    copies_last_wins(b, DELTA_STREAM_TO_HOST, 200, 65536);
+    copies_last_wins(b, DELTA_STREAM_TO_DEVICE, 200, 65536);
+    delta_backend_free(b);
+}
+
+static void test_cpu_unthrottled_correct(void) {
+    delta_backend *b = cpu_new(0, 0);
+    void *dev = NULL;
+    const size_t n = (8u << 20) + 13;
+    CHECK(delta_backend_arena_create(b, 2 * n + 64, &dev) == DELTA_OK);
+    unsigned char *a = dev, *back = (unsigned char *)dev + n + 51;
+    unsigned char *host = delta_backend_host_alloc(b, n);
+    CHECK(host != NULL);
+    if (!dev || !host) { delta_backend_free(b); return; }
+    fill_pattern(a, n, 7);
+    memset(back, 0, n);
+    static const size_t sizes[] = {0, 1, 3, 64, 65537, (8u << 20) + 13};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        size_t m = sizes[i];
+        memset(host, 0x5a, n);
+        delta_backend_copy(b, DELTA_STREAM_TO_HOST, host, a, m);
+        delta_event eh = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+        delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, eh);
+        delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, back, host, m);
+        delta_backend_sync(b, delta_backend_record(b, DELTA_STREAM_TO_DEVICE));
+        CHECK(memcmp(back, a, m) == 0, "round trip of %zu bytes", m);
+        CHECK(m == n || host[m] == 0x5a, "copy of %zu wrote past its end", m);
+    }
+    delta_backend_host_free(b, host);
+    delta_backend_free(b);
+}
+
+/* A relu over n floats in the arena at x, y. */
+typedef struct relu_op {
+    delta_ctx *ctx;
+    delta_kernel_env env;
+    delta_kargs k;
+} relu_op;
+
+static void relu_setup(relu_op *r, int64_t n, float *x, float *y) {
+    r->ctx = delta_ctx_new();
+    delta_tensor *xt = delta_input(r->ctx, "x", DELTA_F32, 1, &n);
+    delta_relu(r->ctx, xt);
+    const delta_op *op = last_op(r->ctx);
+    r->env = (delta_kernel_env){.seed = 1, .step = 0, .training = true};
+    memset(&r->k, 0, sizeof r->k);
+    r->k.op = op;
+    r->k.env = &r->env;
+    r->k.in_t[0] = r->ctx->tensors[op->in[0]];
+    r->k.in[0] = x;
+    r->k.out_t[0] = r->ctx->tensors[op->out[0]];
+    r->k.out[0] = y;
+}
+
+static void test_cpu_copy_and_kernel_overlap(void) {
+    /* 32 MiB at 0.25 GB/s: ~134 ms in flight */
+    const size_t bytes = 32u << 20;
+    const double gbps = 0.25 / SLOWDOWN;
+    delta_backend *b = cpu_new(gbps, -1);
+    const int64_t n = 1 << 18;
+    void *dev = NULL;
+    size_t need = bytes + 2 * (size_t)n * sizeof(float);
+    CHECK(delta_backend_arena_create(b, need, &dev) == DELTA_OK);
+    unsigned char *host = delta_backend_host_alloc(b, bytes);
+    if (!dev || !host) { CHECK(0, "no memory"); delta_backend_free(b); return; }
+    unsigned char *src = dev;
+    float *x = (float *)(src + bytes), *y = x + n;
+    fill_pattern(src, bytes, 3);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f;
+    memset(y, 0, (size_t)n * sizeof(float));
+    relu_op r;
+    relu_setup(&r, n, x, y);
+    delta_backend_run(b, &r.k); /* warm up (thread pool, caches) */
+
+    double t0 = now_s();
+    delta_backend_copy(b, DELTA_STREAM_TO_HOST, host, src, bytes);
+    delta_event ec = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+    delta_backend_run(b, &r.k);
+    delta_event ek = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    double t_kernel = now_s();
+    bool in_flight = !delta_backend_query(b, ec);
+    CHECK(delta_backend_query(b, ek), "compute events are complete");
+    delta_backend_sync(b, ec);
+    double t_copy = now_s();
+    double expect = bytes / (gbps * 1e9);
+    printf("  overlap: kernel done at %.1f ms, copy done at %.1f ms "
+           "(link time %.1f ms)\n",
+           (t_kernel - t0) * 1e3, (t_copy - t0) * 1e3, expect * 1e3);
+    CHECK(in_flight, "the copy must still be in flight when the kernel "
+          "returned (kernel %.3f s)", t_kernel - t0);
+    CHECK(t_copy - t0 >= 0.9 * expect, "copy took %.3f s", t_copy - t0);
+    CHECK(t_kernel < t_copy);
+    CHECK(memcmp(host, src, bytes) == 0, "copied data");
+    bool relu_ok = true;
+    for (int64_t i = 0; i < n; i++)
+        if (y[i] != (x[i] > 0 ? x[i] : 0.0f)) relu_ok = false;
+    CHECK(relu_ok, "relu result");
+    delta_ctx_free(r.ctx);
+    delta_backend_host_free(b, host);
+    delta_backend_free(b);
+}
+
+static void test_cpu_copy_streams_overlap(void) {
+    /* 32 MiB at 0.5 GB/s each way: ~67 ms per copy */
+    const size_t bytes = 32u << 20;
+    delta_backend *b = cpu_new(0.5 / SLOWDOWN, -1);
+    void *dev = NULL;
+    CHECK(delta_backend_arena_create(b, 2 * bytes, &dev) == DELTA_OK);
+    unsigned char *h1 = delta_backend_host_alloc(b, bytes);
+    unsigned char *h2 = delta_backend_host_alloc(b, bytes);
+    if (!dev || !h1 || !h2) { CHECK(0, "no memory"); delta_backend_free(b); return; }
+    unsigned char *d1 = dev, *d2 = d1 + bytes;
+    fill_pattern(d1, bytes, 11);
+    fill_pattern(h2, bytes, 12);
+    double one[3], two[3];
+    for (int r = 0; r < 3; r++) {
+        one[r] = timed_copy(b, DELTA_STREAM_TO_HOST, h1, d1, bytes);
+        double t0 = now_s();
+        delta_backend_copy(b, DELTA_STREAM_TO_HOST, h1, d1, bytes);
+        delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, d2, h2, bytes);
+        delta_backend_sync_copies(b);
+        two[r] = now_s() - t0;
+    }
+    double t1 = median(one, 3), t2 = median(two, 3);
+    printf("  two streams: one copy %.1f ms, two opposite copies %.1f ms "
+           "(%.2fx)\n", t1 * 1e3, t2 * 1e3, t2 / t1);
+    CHECK(t2 < 1.6 * t1, "two opposite copies took %.3f s, one %.3f s", t2,
+          t1);
+    CHECK(memcmp(h1, d1, bytes) == 0 && memcmp(d2, h2, bytes) == 0);
+    delta_backend_host_free(b, h1);
+    delta_backend_host_free(b, h2);
+    delta_backend_free(b);
+}
+
+static void test_cpu_wait_orders_streams(void) {
+    /* device A -> host H (slow) then, after waiting for it, H -> device B:
+     * B must get A's bytes, never H's stale ones. */
+    const size_t bytes = 16u << 20;   /* ~67 ms at 0.25 GB/s */
+    delta_backend *b = cpu_new(0.25 / SLOWDOWN, -1);
+    void *dev = NULL;
+    CHECK(delta_backend_arena_create(b, 2 * bytes, &dev) == DELTA_OK);
+    unsigned char *h = delta_backend_host_alloc(b, bytes);
+    if (!dev || !h) { CHECK(0, "no memory"); delta_backend_free(b); return; }
+    unsigned char *a = dev, *bb = a + bytes;
+    fill_pattern(a, bytes, 21);
+    memset(h, 0, bytes);
+    memset(bb, 0xff, bytes);
+
+    delta_backend_copy(b, DELTA_STREAM_TO_HOST, h, a, bytes);
+    delta_event eh = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+    /* waiting on a compute event or on the stream's own is a no-op */
+    delta_backend_wait(b, DELTA_STREAM_TO_DEVICE,
+                       delta_backend_record(b, DELTA_STREAM_COMPUTE));
+    delta_backend_wait(b, DELTA_STREAM_TO_HOST, eh);
+    delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, eh);
+    delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, bb, h, bytes);
+    delta_event ed = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+    CHECK(!delta_backend_query(b, eh), "the slow copy is still in flight");
+    CHECK(!delta_backend_query(b, ed), "the waiting copy cannot be done");
+    /* the compute stream waits: blocks the caller until ed */
+    delta_backend_wait(b, DELTA_STREAM_COMPUTE, ed);
+    CHECK(delta_backend_query(b, ed));
+    CHECK(delta_backend_query(b, eh), "ed completes only after eh");
+    CHECK(memcmp(bb, a, bytes) == 0, "the host-to-device copy must see the "
+          "device-to-host copy's bytes");
+
+    /* an already complete event adds nothing to wait for */
+    delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, eh);
+    double t0 = now_s();
+    delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, bb, h, 4096);
+    delta_backend_sync(b, delta_backend_record(b, DELTA_STREAM_TO_DEVICE));
+    CHECK(now_s() - t0 < 0.05);
+    delta_backend_host_free(b, h);
+    delta_backend_free(b);
+}
+
+static void test_cpu_destroy_drains(void) {
+    /* free right after issuing: every copy still lands */
+    const int n = 1500;            /* past the ring capacity */
+    const size_t bytes = 8192;     /* 12 MB at 1 GB/s: ~12 ms */
+    unsigned char *src = xalloc((size_t)n * bytes), *dst = xalloc((size_t)n * bytes);
+    fill_pattern(src, (size_t)n * bytes, 5);
+    memset(dst, 0, (size_t)n * bytes);
+    delta_backend *b = cpu_new(1.0, 0);
+    for (int i = 0; i < n; i++)
+        delta_backend_copy(b, i % 2 ? DELTA_STREAM_TO_HOST : DELTA_STREAM_TO_DEVICE,
+                           dst + (size_t)i * bytes, src + (size_t)i * bytes, bytes);
+    delta_backend_free(b);
+    CHECK(memcmp(dst, src, (size_t)n * bytes) == 0);
+    delta_free_aligned(src);
+    delta_free_aligned(dst);
+}
+
+/* The throttle's accuracy: median of several copies against
+ * latency + bytes / bandwidth. */
+static void throttle_case(double gbps, size_t bytes, int reps) {
+    delta_backend *b = cpu_new(gbps, -1);
+    void *dev = NULL;
+    CHECK(delta_backend_arena_create(b, bytes, &dev) == DELTA_OK);
+    void *h = delta_backend_host_alloc(b, bytes);
+    if (!dev || !h) { CHECK(0, "no memory"); delta_backend_free(b); return; }
+    memset(dev, 1, bytes);
+    double t[9];
+    for (int r = 0; r < reps; r++)
+        t[r] = timed_copy(b, r % 2 ? DELTA_STREAM_TO_DEVICE : DELTA_STREAM_TO_HOST,
+                          r % 2 ? dev : h, r % 2 ? h : dev, bytes);
+    double expect = b->link_latency_s + (double)bytes / b->link_bps;
+    double m = median(t, reps);
+    double got_gbps = (double)bytes / m / 1e9;
+    printf("  throttle: %.0f MiB at %.2f GB/s: median %.4f s, expected "
+           "%.4f s (%+.1f%%), %.3f GB/s\n", bytes / 1048576.0, gbps, m,
+           expect, (m / expect - 1) * 100, got_gbps);
+    CHECK(fabs(m / expect - 1) < 0.10, "median %.4f s vs %.4f s", m, expect);
+    delta_backend_host_free(b, h);
+    delta_backend_free(b);
+}
+
+/* Bandwidths well under memcpy speed (a few GB/s on small machines, less
+ * when other processes share the cores): the emulated link cannot be faster
+ * than the memcpy it paces, so the check stays to links the throttle, not
+ * the memory system, decides. */
+static void test_cpu_throttle_accuracy(void) {
+    /* ~134 ms and ~168 ms each (sanitized: the same times at a fifth of
+     * the bandwidth and size) */
+    throttle_case(0.5 / SLOWDOWN, (size_t)((64u << 20) / SLOWDOWN), 5);
+    throttle_case(0.2 / SLOWDOWN, (size_t)((32u << 20) / SLOWDOWN), 5);
+}
+
+static double gemm_gflops_here(void) {
+    const int64_t n = 384;
+    float *a = xalloc((size_t)(n * n) * 4), *b = xalloc((size_t)(n * n) * 4),
+          *c = xalloc((size_t)(n * n) * 4);
+    for (int64_t i = 0; i < n * n; i++) { a[i] = (float)(i % 5); b[i] = (float)(i % 3); }
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = now_s();
+        delta_gemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double t = now_s() - t0;
+        if (r && t < best) best = t;
+    }
+    delta_free_aligned(a);
+    delta_free_aligned(b);
+    delta_free_aligned(c);
+    return 2.0 * (double)(n * n * n) / best;
+}
+
+static void test_cpu_default_bandwidth(void) {
+    char err[256];
+    delta_backend *b = delta_backend_cpu_new(NULL, err, sizeof err);
+    CHECK(b != NULL, "%s", err);
+    if (!b) return;
+    double bps = delta_backend_link_bps(b);
+    double flops = gemm_gflops_here();
+    printf("  default link: %.1f MB/s; GEMM here %.1f GFLOP/s at %d "
+           "threads (flops/byte %.0f)\n", bps / 1e6, flops / 1e9,
+           delta_cpu_threads(), flops / bps);
+    CHECK(bps > 0);
+    CHECK(bps == delta_cpu_gemm_flops() / DELTA_CPU_FLOPS_PER_BYTE);
+    CHECK(bps * 1000 > flops / 10 && bps * 1000 < flops * 10,
+          "link %.3g B/s vs GEMM %.3g FLOP/s", bps, flops);
+    CHECK(fabs(b->link_latency_s - 10e-6) < 1e-12, "default latency 10 us");
+    /* measured once: a second backend gets the same figure */
+    delta_backend *b2 = delta_backend_cpu_new(NULL, err, sizeof err);
+    CHECK(b2 && delta_backend_link_bps(b2) == bps);
+    delta_backend_free(b2);
+    delta_backend_free(b);
+    /* bad settings are refused */
+    delta_cpu_backend_opts o = {.link_gbps = NAN, .link_latency_s = 0};
+    CHECK(delta_backend_cpu_new(&o, err, sizeof err) == NULL);
+}
+
+/* ---- sim ------------------------------------------------------------------ */
+
+static void test_sim_presets(void) {
+    static const char *names[] = {"v100-16g", "v100-32g", "a100-40g",
+                                  "a100-80g", "h100-80g"};
+    int count = 0;
+    for (const delta_gpu_preset *p = delta_gpu_presets(); p->name; p++) count++;
+    CHECK(count == 5, "%d presets", count);
+    for (int i = 0; i < 5; i++) {
+        const delta_gpu_preset *p = delta_gpu_preset_find(names[i]);
+        CHECK(p != NULL, "%s", names[i]);
+        if (!p) continue;
+        CHECK(strcmp(p->name, names[i]) == 0);
+        CHECK(p->description && p->memory_bytes > 0 && p->fp32_flops > 0 &&
+              p->tensor_flops > p->fp32_flops && p->hbm_bytes_per_s > 0 &&
+              p->link_bytes_per_s > 0 && p->link_latency_s > 0, "%s", p->name);
+        delta_backend *b = sim_new(names[i], false);
+        CHECK(strcmp(delta_backend_name(b), "sim") == 0);
+        CHECK(!delta_backend_has_data(b));
+        CHECK(delta_backend_device_bytes(b) == p->memory_bytes);
+        CHECK(delta_backend_link_bps(b) == p->link_bytes_per_s);
+        delta_backend_free(b);
+    }
+    const delta_gpu_preset *v = delta_gpu_preset_find("v100-16g");
+    const delta_gpu_preset *h = delta_gpu_preset_find("h100-80g");
+    CHECK(v && v->memory_bytes == 16.0 * 1073741824.0);
+    CHECK(v && v->fp32_flops == 15.7e12 && v->hbm_bytes_per_s == 900e9);
+    CHECK(h && h->memory_bytes == 80.0 * 1073741824.0 && h->fp32_flops == 67e12);
+    CHECK(delta_gpu_preset_find("v100") == NULL);
+    CHECK(delta_gpu_preset_find("") == NULL);
+    CHECK(delta_gpu_preset_find(NULL) == NULL);
+
+    char err[256] = "";
+    delta_sim_backend_opts o = {.gpu = "tpu-v9"};
+    CHECK(delta_backend_sim_new(&o, err, sizeof err) == NULL);
+    CHECK(strstr(err, "tpu-v9") && strstr(err, "h100-80g"), "err: %s", err);
+    CHECK(delta_backend_sim_new(&o, NULL, 0) == NULL);
+    delta_backend *d = delta_backend_sim_new(NULL, err, sizeof err);
+    CHECK(d && delta_backend_device_bytes(d) == v->memory_bytes,
+          "default preset v100-16g");
+    delta_backend_free(d);
+}
+
+/* A small training step: MLP forward, backward, SGD. */
+static delta_ctx *mlp_program(void) {
+    delta_ctx *ctx = delta_ctx_new();
+    int64_t xs[2] = {256, 1024}, w1s[2] = {4096, 1024}, w2s[2] = {10, 4096},
+            ns[1] = {256};
+    delta_init init = {DELTA_INIT_NORMAL, 0, 0.01f};
+    delta_tensor *x = delta_input(ctx, "x", DELTA_F32, 2, xs);
+    delta_tensor *y = delta_input(ctx, "y", DELTA_I32, 1, ns);
+    delta_tensor *w1 = delta_param(ctx, "fc1.weight", 2, w1s, init);
+    delta_tensor *w2 = delta_param(ctx, "fc2.weight", 2, w2s, init);
+    delta_tensor *h = delta_gelu(ctx, delta_linear(ctx, x, w1, NULL));
+    delta_tensor *loss = delta_cross_entropy(ctx, delta_linear(ctx, h, w2, NULL),
+                                             y, -100);
+    delta_backward(ctx, loss);
+    delta_optimizer_sgd(ctx, (delta_sgd_opts){.lr = 0.1f, .momentum = 0.9f});
+    return ctx;
+}
+
+/* Runs ctx's program on b, swapping every op's first output out and, two
+ * ops later, back in; writes every event time and final clock to t
+ * (returns how many). */
+static int sim_replay(delta_backend *b, const delta_ctx *ctx, double *t,
+                      int cap) {
+    int nt = 0;
+    delta_event pending[2] = {{0}, {0}};
+    bool has[2] = {false, false};
+    size_t sz[2] = {0, 0};
+    void *host = delta_backend_host_alloc(b, 1 << 20);
+    for (int i = 0; i < ctx->n_ops; i++) {
+        const delta_op *op = &ctx->ops[i];
+        delta_kargs k = {.op = op};
+        int slot = i % 2;
+        if (has[slot]) { /* bring back what went out two ops ago */
+            delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, pending[slot]);
+            delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, host, sz[slot]);
+            delta_event e = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+            if (!delta_backend_query(b, e)) delta_backend_wait(b, DELTA_STREAM_COMPUTE, e);
+            if (nt < cap) t[nt++] = e.time;
+            has[slot] = false;
+        }
+        delta_backend_run(b, &k);
+        if (op->n_out) {
+            sz[slot] = ctx->tensors[op->out[0]]->bytes;
+            delta_backend_copy(b, DELTA_STREAM_TO_HOST, host, NULL, sz[slot]);
+            pending[slot] = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+            has[slot] = true;
+            if (nt < cap) t[nt++] = pending[slot].time;
+        }
+        if (nt < cap) t[nt++] = delta_backend_clock(b);
+    }
+    delta_backend_sync_copies(b);
+    for (int s = 0; s < DELTA_STREAM_COUNT && nt < cap; s++)
+        t[nt++] = delta_backend_record(b, (delta_stream)s).time;
+    delta_backend_host_free(b, host);
+    return nt;
+}
+
+static void test_sim_deterministic(void) {
+    delta_ctx *ctx = mlp_program();
+    CHECK(delta_ctx_status(ctx) == DELTA_OK, "%s", delta_ctx_error(ctx));
+    enum { CAP = 4096 };
+    static double t1[CAP], t2[CAP], t3[CAP];
+    delta_backend *a = sim_new("a100-40g", false);
+    delta_backend *b = sim_new("a100-40g", false);
+    int n1 = sim_replay(a, ctx, t1, CAP);
+    int n2 = sim_replay(b, ctx, t2, CAP);
+    CHECK(n1 == n2 && n1 > ctx->n_ops);
+    CHECK(memcmp(t1, t2, (size_t)n1 * sizeof(double)) == 0,
+          "same calls, same clocks");
+    double end1 = delta_backend_clock(a);
+    CHECK(end1 > 0);
+    /* and a third time, after other backends ran in between */
+    delta_backend *c = sim_new("a100-40g", false);
+    sim_replay(c, ctx, t3, CAP);
+    CHECK(delta_backend_clock(c) == end1);
+    delta_backend_free(a);
+    delta_backend_free(b);
+    delta_backend_free(c);
+    delta_ctx_free(ctx);
+}
+
+static void test_sim_clocks(void) {
+    delta_ctx *ctx = delta_ctx_new();
+    int64_t s[2] = {2048, 2048};
+    delta_tensor *a = delta_input(ctx, "a", DELTA_F32, 2, s);
+    delta_tensor *bt = delta_input(ctx, "b", DELTA_F32, 2, s);
+    delta_matmul(ctx, a, bt, false, false, 1.0f);
+    const delta_op *mm = last_op(ctx);
+    delta_kargs k = {.op = mm};
+    const delta_gpu_preset *gpu = delta_gpu_preset_find("v100-16g");
+    delta_backend *b = sim_new("v100-16g", false);
+    double c_op = delta_sim_op_seconds(gpu, false, mm);
+    CHECK(delta_backend_op_cost(b, mm) == c_op);
+    const size_t big = 256u << 20; /* 256 MiB: ~22 ms on the link */
+    double c_copy = delta_sim_copy_seconds(gpu, (double)big);
+    CHECK(fabs(c_copy - (gpu->link_latency_s + big / gpu->link_bytes_per_s)) < 1e-15);
+    CHECK(c_copy > 3 * c_op, "test premise: the copy is much longer");
+
+    /* compute and copies overlap: the compute clock ignores copies */
+    delta_backend_run(b, &k);
+    CHECK(delta_backend_clock(b) == c_op);
+    delta_backend_copy(b, DELTA_STREAM_TO_HOST, NULL, NULL, big);
+    delta_event eh = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+    CHECK(eh.stream == DELTA_STREAM_TO_HOST && eh.seq == 1);
+    CHECK(eh.time == c_op + c_copy, "a copy starts at the compute clock at "
+          "issue: %.9g vs %.9g", eh.time, c_op + c_copy);
+    delta_backend_run(b, &k);
+    delta_backend_run(b, &k);
+    CHECK(delta_backend_clock(b) == 3 * c_op, "copies do not slow compute");
+    delta_event ec = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    CHECK(ec.seq == 3 && ec.time == 3 * c_op);
+    CHECK(delta_backend_query(b, ec));
+    CHECK(!delta_backend_query(b, eh), "the copy ends after the host's time");
+
+    /* the other copy stream runs concurrently with the first */
+    delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, NULL, big);
+    delta_event ed = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+    CHECK(ed.time == 3 * c_op + c_copy);
+    /* one stream is serial */
+    delta_backend_copy(b, DELTA_STREAM_TO_HOST, NULL, NULL, big);
+    delta_event eh2 = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+    CHECK(eh2.time == eh.time + c_copy && eh2.seq == 2);
+
+    /* wait moves a copy stream's clock */
+    delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, eh2);
+    delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, NULL, 0);
+    delta_event ed2 = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+    CHECK(ed2.time == eh2.time + gpu->link_latency_s);
+    /* wait on compute moves the compute clock; waiting on the past does
+     * nothing */
+    delta_backend_wait(b, DELTA_STREAM_COMPUTE, ec);
+    CHECK(delta_backend_clock(b) == 3 * c_op);
+    delta_backend_wait(b, DELTA_STREAM_COMPUTE, eh);
+    CHECK(delta_backend_clock(b) == eh.time);
+    CHECK(delta_backend_query(b, eh));
+    CHECK(!delta_backend_query(b, eh2));
+    /* sync is the host blocking: the compute clock (the host's) moves */
+    delta_backend_sync(b, ed2);
+    CHECK(delta_backend_clock(b) == ed2.time);
+    CHECK(delta_backend_query(b, eh2) && delta_backend_query(b, ed2));
+    delta_backend_run(b, &k);
+    CHECK(delta_backend_clock(b) == ed2.time + c_op);
+    /* a device-side move on the compute stream is in order with kernels */
+    double before = delta_backend_clock(b);
+    delta_backend_copy(b, DELTA_STREAM_COMPUTE, NULL, NULL, 1 << 20);
+    CHECK(delta_backend_clock(b) > before);
+
+    /* memory: any arena size, base NULL; unique host tokens */
+    void *base = (void *)1;
+    CHECK(delta_backend_arena_create(b, (size_t)1 << 50, &base) == DELTA_OK);
+    CHECK(base == NULL);
+    delta_backend_arena_destroy(b);
+    char *p1 = delta_backend_host_alloc(b, 100);
+    char *p2 = delta_backend_host_alloc(b, (size_t)40 << 30);
+    char *p3 = delta_backend_host_alloc(b, 0);
+    CHECK(p1 && p2 && p3 && p1 != p2 && p2 != p3 && p1 != p3);
+    CHECK(p2 >= p1 + 100 && p3 >= p2 + ((size_t)40 << 30), "ranges overlap");
+    CHECK(delta_backend_host_alloc(b, SIZE_MAX) == NULL);
+    delta_backend_host_free(b, p1);
+    delta_backend_free(b);
+    delta_ctx_free(ctx);
+}
+
+static void test_sim_roofline(void) {
+    delta_ctx *ctx = delta_ctx_new();
+    int64_t s[2] = {4096, 4096};
+    delta_tensor *a = delta_input(ctx, "a", DELTA_F32, 2, s);
+    delta_tensor *bt = delta_input(ctx, "b", DELTA_F32, 2, s);
+    delta_matmul(ctx, a, bt, false, false, 1.0f);
+    int64_t e[1] = {64 << 20};
+    delta_tensor *x = delta_input(ctx, "x", DELTA_F32, 1, e);
+    delta_relu(ctx, x);
+    int64_t rs[2] = {8192, 8192};
+    delta_reshape(ctx, x, 2, rs);
+    CHECK(delta_ctx_status(ctx) == DELTA_OK, "%s", delta_ctx_error(ctx));
+    const delta_op *mm = &ctx->ops[0], *relu = &ctx->ops[1],
+                   *view = &ctx->ops[2];
+    CHECK(mm->type == DELTA_OP_MATMUL && relu->type == DELTA_OP_RELU &&
+          view->type == DELTA_OP_RESHAPE);
+    const delta_gpu_preset *v = delta_gpu_preset_find("v100-16g");
+    const delta_gpu_preset *h = delta_gpu_preset_find("h100-80g");
+    const delta_gpu_preset *a4 = delta_gpu_preset_find("a100-40g");
+    const delta_gpu_preset *a8 = delta_gpu_preset_find("a100-80g");
+
+    /* GEMM: compute-bound, exactly launch + flops / (peak * eff) */
+    double tv = delta_sim_op_seconds(v, false, mm);
+    double want = DELTA_SIM_LAUNCH_S + mm->flops / (v->fp32_flops * DELTA_SIM_EFF_GEMM);
+    CHECK(fabs(tv - want) < 1e-12 * want, "%.9g vs %.9g", tv, want);
+    CHECK(mm->flops / (v->fp32_flops * DELTA_SIM_EFF_GEMM) >
+          10 * mm->bytes / (v->hbm_bytes_per_s * DELTA_SIM_EFF_MEM));
+    double th = delta_sim_op_seconds(h, false, mm);
+    double ratio = (tv - DELTA_SIM_LAUNCH_S) / (th - DELTA_SIM_LAUNCH_S);
+    CHECK(fabs(ratio - h->fp32_flops / v->fp32_flops) < 1e-9,
+          "GEMM scales with FLOP/s: %.4f", ratio);
+    double tvt = delta_sim_op_seconds(v, true, mm);
+    CHECK(fabs((tv - DELTA_SIM_LAUNCH_S) / (tvt - DELTA_SIM_LAUNCH_S) -
+               v->tensor_flops / v->fp32_flops) < 1e-9, "tensor cores");
+    printf("  4096^3 GEMM: v100 %.2f ms (tensor %.2f ms), h100 %.2f ms\n",
+           tv * 1e3, tvt * 1e3, th * 1e3);
+
+    /* relu: memory-bound, launch + bytes / (hbm * eff_mem) */
+    double rv = delta_sim_op_seconds(v, false, relu);
+    want = DELTA_SIM_LAUNCH_S + relu->bytes / (v->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
+    CHECK(fabs(rv - want) < 1e-12 * want, "%.9g vs %.9g", rv, want);
+    double rh = delta_sim_op_seconds(h, false, relu);
+    ratio = (rv - DELTA_SIM_LAUNCH_S) / (rh - DELTA_SIM_LAUNCH_S);
+    CHECK(fabs(ratio - h->hbm_bytes_per_s / v->hbm_bytes_per_s) < 1e-9,
+          "elementwise scales with HBM: %.4f", ratio);
+    CHECK(delta_sim_op_seconds(v, true, relu) == rv,
+          "tensor cores do not speed up elementwise ops");
+    CHECK(delta_sim_op_seconds(a8, false, relu) <
+          delta_sim_op_seconds(a4, false, relu), "A100-80G has faster HBM");
+    printf("  64M-element relu: v100 %.3f ms, h100 %.3f ms\n", rv * 1e3,
+           rh * 1e3);
+
+    /* a view costs nothing; any other op at least the launch */
+    CHECK(delta_sim_op_seconds(v, false, view) == 0.0);
+    delta_op tiny = *relu;
+    tiny.flops = 0;
+    tiny.bytes = 0;
+    CHECK(delta_sim_op_seconds(v, false, &tiny) == DELTA_SIM_LAUNCH_S);
+    /* newer is faster for both kinds */
+    CHECK(th < tv && rh < rv);
+    delta_ctx_free(ctx);
+}
+
+int main(void) {
+    TEST_RUN(test_cpu_arena_exact);
+    TEST_RUN(test_cpu_host_alloc);
+    TEST_RUN(test_cpu_copy_order);
+    TEST_RUN(test_cpu_unthrottled_correct);
+    TEST_RUN(test_cpu_copy_and_kernel_overlap);
+    TEST_RUN(test_cpu_copy_streams_overlap);
+    TEST_RUN(test_cpu_wait_orders_streams);
+    TEST_RUN(test_cpu_destroy_drains);
+    TEST_RUN(test_cpu_throttle_accuracy);
+    TEST_RUN(test_cpu_default_bandwidth);
+    TEST_RUN(test_sim_presets);
+    TEST_RUN(test_sim_deterministic);
+    TEST_RUN(test_sim_clocks);
+    TEST_RUN(test_sim_roofline);
+    TEST_MAIN_END();
+}
