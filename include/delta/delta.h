@@ -13,5 +13,6 @@
 #include "delta/backend.h"
 #include "delta/pool.h"
 #include "delta/dryplan.h"
+#include "delta/session.h"
 
 #endif

@@ -1,0 +1,76 @@
+/* delta — a session runs a step program on a backend inside a device
+ * budget. Every device byte (parameters, gradients, optimizer state,
+ * inputs, activations, workspace) lives in one arena of the backend; the
+ * pool places each tensor (online on the first step, replaying the
+ * lifetime planner's offsets afterwards).
+ *
+ * Today the only policy is "keep": every tensor stays on the device until
+ * its last use, so the budget must hold the planned peak. Swap and
+ * recompute policies come with the budgeted runtime. */
+#ifndef DELTA_SESSION_H
+#define DELTA_SESSION_H
+
+#include "delta/backend.h"
+#include "delta/exec.h"
+#include "delta/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct delta_session delta_session;
+
+typedef struct delta_session_opts {
+    delta_backend *backend;   /* not owned; must outlive the session */
+    size_t budget_bytes;      /* 0 = unlimited (the arena is sized to fit) */
+    const char *policy;       /* NULL or "keep" */
+    /* Per-step tensors the caller wants to read after a run (e.g. logits
+     * for accuracy). They are placed like persistent tensors. Tensors no op
+     * reads (the loss) are always kept. */
+    delta_tensor *const *outputs;
+    int n_outputs;
+} delta_session_opts;
+
+/* Figures of one step. */
+typedef struct delta_step_stats {
+    double step_s;               /* wall (cpu) or simulated (sim) seconds */
+    size_t peak_device_bytes;    /* arena high-water mark of the step */
+    size_t live_peak_bytes;      /* peak of bytes in use */
+    size_t swap_out_bytes, swap_in_bytes;
+    int recomputed_ops;
+    double recompute_s, stall_s;
+    bool replayed;               /* the pool replayed the planned layout */
+} delta_step_stats;
+
+/* Places the program: checks the budget against the dry plan (DELTA_ERR_
+ * BUDGET with a message naming the budget, the minimum and the op that
+ * needs it), creates the arena, allocates and initializes persistent
+ * tensors. NULL on failure with *status and err set. */
+delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
+                                 delta_status *status, char *err,
+                                 size_t err_len);
+void delta_session_free(delta_session *s);
+
+/* Runs one step (DELTA_RUN_STEP advances the step counter). */
+delta_status delta_session_run(delta_session *s, delta_run_mode mode,
+                               delta_step_stats *stats);
+
+/* Copies data into / out of a tensor wherever it lives. Only persistent
+ * tensors (params, state, inputs, consts) and kept outputs (see opts) can
+ * be accessed between runs: others give DELTA_ERR_STATE. On sim there is
+ * no data: writes are accepted and reads give zeros. */
+delta_status delta_session_write(delta_session *s, const delta_tensor *t,
+                                 const void *data, size_t bytes);
+delta_status delta_session_read(delta_session *s, const delta_tensor *t,
+                                void *data, size_t bytes);
+
+int64_t delta_session_step(const delta_session *s);
+void delta_session_set_step(delta_session *s, int64_t step);
+size_t delta_session_budget(const delta_session *s);
+/* Message of the last failure. */
+const char *delta_session_error(const delta_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
