@@ -47,6 +47,8 @@ endif
 ifeq ($(HAVE_OMP),yes)
 CFLAGS += -fopenmp
 LDFLAGS += -fopenmp
+else
+CFLAGS += -Wno-unknown-pragmas
 endif
 ifeq ($(HAVE_BLAS),yes)
 CFLAGS += -DDELTA_HAVE_OPENBLAS

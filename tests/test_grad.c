@@ -203,6 +203,9 @@ static void test_activations(void) {
     g = new_case(1e-2f);
     check_grads(&g, delta_gelu(g.ctx, P(&g, "x", 2, S(4, 5, 0, 0))), "gelu");
     g = new_case(1e-2f);
+    check_grads(&g, delta_gelu_erf(g.ctx, P(&g, "x", 2, S(4, 5, 0, 0))),
+                "gelu erf");
+    g = new_case(1e-2f);
     check_grads(&g, delta_scale(g.ctx, P(&g, "x", 1, S(7, 0, 0, 0)), -1.5f),
                 "scale");
 }

@@ -140,6 +140,8 @@ delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
 delta_tensor *delta_relu(delta_ctx *ctx, delta_tensor *x);
 /* GELU, tanh approximation (GPT-2's). */
 delta_tensor *delta_gelu(delta_ctx *ctx, delta_tensor *x);
+/* GELU, exact form x * Phi(x) with erf (BERT's). */
+delta_tensor *delta_gelu_erf(delta_ctx *ctx, delta_tensor *x);
 /* x (N, C, H, W); window k, stride, padding (max: padded cells are -inf;
  * avg: count_include_pad as PyTorch's default). */
 delta_tensor *delta_maxpool2d(delta_ctx *ctx, delta_tensor *x, int k,

@@ -77,6 +77,7 @@ typedef struct delta_op_attrs {
     int fwd_op;            /* dropout_bwd: the forward op keying the RNG */
     float lr, beta1, beta2, weight_decay, opt_eps; /* optimizers */
     int nesterov, has_momentum;
+    int gelu_erf;          /* gelu: exact erf form instead of tanh */
 } delta_op_attrs;
 
 typedef struct delta_op {

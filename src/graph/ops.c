@@ -348,6 +348,12 @@ delta_tensor *delta_gelu(delta_ctx *ctx, delta_tensor *x) {
     return unary(ctx, DELTA_OP_GELU, x, delta_attrs0());
 }
 
+delta_tensor *delta_gelu_erf(delta_ctx *ctx, delta_tensor *x) {
+    delta_op_attrs a = delta_attrs0();
+    a.gelu_erf = 1;
+    return unary(ctx, DELTA_OP_GELU, x, a);
+}
+
 delta_tensor *delta_scale(delta_ctx *ctx, delta_tensor *x, float s) {
     delta_op_attrs a = delta_attrs0();
     a.value = s;

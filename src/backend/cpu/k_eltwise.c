@@ -49,10 +49,19 @@ void delta_k_relu_bwd(const delta_kargs *k) {
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K 0.044715f
 
+#define GELU_RSQRT2 0.7071067811865476f   /* 1/sqrt(2) */
+#define GELU_RSQRT2PI 0.3989422804014327f /* 1/sqrt(2 pi) */
+
 void delta_k_gelu(const delta_kargs *k) {
     const float *x = k->in[0];
     float *y = k->out[0];
     EW_SETUP(k->out_t[0]->numel);
+    if (k->op->a.gelu_erf) { /* exact: x Phi(x), as BERT */
+        EW_PARALLEL_FOR
+        for (int64_t i = 0; i < n_; i++)
+            y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * GELU_RSQRT2));
+        return;
+    }
     EW_PARALLEL_FOR
     for (int64_t i = 0; i < n_; i++) {
         float v = x[i];
@@ -65,6 +74,16 @@ void delta_k_gelu_bwd(const delta_kargs *k) {
     const float *x = k->in[0], *dy = k->in[1];
     float *dx = k->out[0];
     EW_SETUP(k->out_t[0]->numel);
+    if (k->op->a.gelu_erf) { /* d/dx x Phi(x) = Phi(x) + x phi(x) */
+        EW_PARALLEL_FOR
+        for (int64_t i = 0; i < n_; i++) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erff(v * GELU_RSQRT2));
+            float pdf = GELU_RSQRT2PI * expf(-0.5f * v * v);
+            dx[i] = dy[i] * (cdf + v * pdf);
+        }
+        return;
+    }
     EW_PARALLEL_FOR
     for (int64_t i = 0; i < n_; i++) {
         float v = x[i];
