@@ -24,13 +24,6 @@
 
 #include "test.h"
 
-/* gemm.c hooks (not in a header). */
-int delta_gemm_builtin_kernel(int force);
-void delta_gemm_builtin_serial(bool ta, bool tb, int64_t m, int64_t n,
-                               int64_t k, float alpha, const float *a,
-                               int64_t lda, const float *b, int64_t ldb,
-                               float beta, float *c, int64_t ldc);
-
 /* ---- helpers ------------------------------------------------------------ */
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;

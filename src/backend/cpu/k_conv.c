@@ -33,6 +33,15 @@
  * waking the team costs more (results are the same either way). */
 #define PAR_MIN 32768
 
+/* Whether a helper loop touching `work` elements runs on the OpenMP team.
+ * Not while the GEMMs go to OpenBLAS's own thread pool: the team woken
+ * between two GEMMs keeps spinning through the next one and competes with
+ * OpenBLAS's threads for the cores (measured: conv 2x slower on 2 cores
+ * with the default OMP_WAIT_POLICY). The helpers are ~10% of the work. */
+static inline bool par_ok(int64_t work) {
+    return work >= PAR_MIN && delta_cpu_gemm() != DELTA_GEMM_BLAS;
+}
+
 #ifdef _OPENMP
 #define K_PRAGMA(x) _Pragma(#x)
 /* A static-schedule parallel loop over independent outputs on the CPU
@@ -153,7 +162,7 @@ static void to_xbuf(const float *x, const conv_plan *pl, int64_t n0,
     const int64_t C = pl->g.c, H = pl->g.h, W = pl->g.w, st = pl->st,
                   wst = pl->wst;
     const int64_t rows = C * H;
-    PAR_FOR(rows * st * wst * m >= PAR_MIN)
+    PAR_FOR(par_ok(rows * st * wst * m))
     for (int64_t t = 0; t < rows; t++) {
         float *d = xt + t * st * wst * m;
         const int64_t c = t / H, h = t % H;
@@ -176,7 +185,7 @@ static void from_xbuf(const float *xt, const conv_plan *pl, int64_t n0,
     const int64_t C = pl->g.c, H = pl->g.h, W = pl->g.w, st = pl->st,
                   wst = pl->wst;
     const int64_t rows = C * H;
-    PAR_FOR(rows * st * wst * m >= PAR_MIN)
+    PAR_FOR(par_ok(rows * st * wst * m))
     for (int64_t t = 0; t < rows; t++) {
         const float *sr = xt + t * st * wst * m;
         const int64_t c = t / H, h = t % H;
@@ -200,7 +209,7 @@ static void gather_strided(const float *x, const conv_plan *pl, int64_t n0,
     const int64_t C = pl->g.c, H = pl->g.h, W = pl->g.w, Q = pl->g.q,
                   st = pl->st;
     const int64_t ld = (p1 - p0) * Q * m;
-    PAR_FOR(C * (p1 - p0) * Q * m >= PAR_MIN)
+    PAR_FOR(par_ok(C * (p1 - p0) * Q * m))
     for (int64_t c = 0; c < C; c++) {
         float *d = col + c * ld;
         for (int64_t p = p0; p < p1; p++) {
@@ -225,7 +234,7 @@ static void scatter_strided(const float *col, const conv_plan *pl,
                   Q = pl->g.q, st = pl->st;
     const int64_t ld = P * Q * m;
     const int64_t planes = m * C;
-    PAR_FOR(planes * H * W >= PAR_MIN)
+    PAR_FOR(par_ok(planes * H * W))
     for (int64_t t = 0; t < planes; t++) {
         const int64_t i = t / C, c = t % C;
         const float *sc = col + c * ld + i;
@@ -249,7 +258,7 @@ static void scatter_strided_band(const float *col, const conv_plan *pl,
     const int64_t ld = (p1 - p0) * Q;
     const int64_t h0 = p0 * st;
     const int64_t h1 = p1 == pl->g.p || p1 * st > H ? H : p1 * st;
-    PAR_FOR(C * (h1 - h0) * W >= PAR_MIN)
+    PAR_FOR(par_ok(C * (h1 - h0) * W))
     for (int64_t c = 0; c < C; c++) {
         for (int64_t h = h0; h < h1; h++) {
             float *dr = dx + ((n * C + c) * H + h) * W;
@@ -272,7 +281,7 @@ static void im2col(const float *xt, const conv_plan *pl, int64_t m,
                   st = g->stride, pad = g->pad, xrow = pl->st * pl->wst;
     const int64_t ld = (p1 - p0) * Q * m, qm = Q * m;
     const int64_t tasks = C * R;
-    PAR_FOR(C * R * S * ld >= PAR_MIN)
+    PAR_FOR(par_ok(C * R * S * ld))
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t r = t % R, c = t / R;
         int64_t pa, pb;
@@ -305,7 +314,7 @@ static void col2im(const float *col, const conv_plan *pl, int64_t m,
     const int64_t C = g->c, R = g->r, S = g->s, H = g->h, Q = g->q,
                   st = g->stride, pad = g->pad, xrow = pl->st * pl->wst;
     const int64_t ld = (p1 - p0) * Q * m, qm = Q * m;
-    PAR_FOR(C * R * S * ld >= PAR_MIN)
+    PAR_FOR(par_ok(C * R * S * ld))
     for (int64_t c = 0; c < C; c++) {
         float *xc = dxt + c * H * xrow * m;
         if (first) zero_f(xc, H * xrow * m);
@@ -332,7 +341,7 @@ static void col2im(const float *col, const conv_plan *pl, int64_t m,
 /* xt[c, hw, i] = x[n0 + i, c, hw] for a block of m images. */
 static void to_image_inner(const float *x, int64_t C, int64_t hw, int64_t n0,
                            int64_t m, float *xt) {
-    PAR_FOR(C * hw * m >= PAR_MIN)
+    PAR_FOR(par_ok(C * hw * m))
     for (int64_t c = 0; c < C; c++) {
         float *d = xt + c * hw * m;
         for (int64_t i = 0; i < m; i++) {
@@ -345,7 +354,7 @@ static void to_image_inner(const float *x, int64_t C, int64_t hw, int64_t n0,
 /* x[n0 + i, c, hw] = xt[c, hw, i] (+ bias[c]) for a block of m images. */
 static void from_image_inner(const float *xt, const float *bias, int64_t C,
                              int64_t hw, int64_t n0, int64_t m, float *x) {
-    PAR_FOR(C * hw * m >= PAR_MIN)
+    PAR_FOR(par_ok(C * hw * m))
     for (int64_t c = 0; c < C; c++) {
         const float *s = xt + c * hw * m;
         const float b = bias ? bias[c] : 0.0f;
@@ -363,7 +372,7 @@ static void from_image_inner(const float *xt, const float *bias, int64_t C,
 /* y[n, k, :] += bias[k] for the planes of image n. */
 static void add_bias_image(float *y, const float *bias, int64_t K,
                            int64_t pq) {
-    PAR_FOR(K * pq >= PAR_MIN)
+    PAR_FOR(par_ok(K * pq))
     for (int64_t kk = 0; kk < K; kk++) {
         float b = bias[kk], *d = y + kk * pq;
         SIMD
@@ -481,7 +490,7 @@ static void conv2d_dx_as_forward(const delta_kargs *k, const conv_plan *pl) {
     }
     /* a [K, C] -> [C, K] transpose of R*S-float cells, in 16 x 16 tiles */
     const int64_t rs = R * S, cblocks = (C + 15) / 16;
-    PAR_FOR(C * K * rs >= PAR_MIN)
+    PAR_FOR(par_ok(C * K * rs))
     for (int64_t cb = 0; cb < cblocks; cb++) {
         const int64_t c0 = cb * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
         for (int64_t k0 = 0; k0 < K; k0 += 16) {

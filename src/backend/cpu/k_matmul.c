@@ -4,13 +4,6 @@
 #include "backend/cpu/kernels.h"
 #include "delta/cpu.h"
 
-/* gemm.c: the built-in GEMM on the calling thread only (safe inside a
- * parallel region, where delta_gemm must not be called). */
-void delta_gemm_builtin_serial(bool ta, bool tb, int64_t m, int64_t n,
-                               int64_t k, float alpha, const float *a,
-                               int64_t lda, const float *b, int64_t ldb,
-                               float beta, float *c, int64_t ldc);
-
 /* Batched products with fewer flops than this each run one GEMM per thread
  * over the batch (built-in GEMM, whatever path is selected) instead of one
  * parallel GEMM after another. The choice depends on shapes only, so results

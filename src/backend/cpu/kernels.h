@@ -46,6 +46,15 @@ void delta_gemm_builtin(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda,
                         const float *b, int64_t ldb, float beta, float *c,
                         int64_t ldc);
+/* The built-in GEMM on the calling thread only: safe inside an OpenMP
+ * parallel region, where delta_gemm must not be called. */
+void delta_gemm_builtin_serial(bool ta, bool tb, int64_t m, int64_t n,
+                               int64_t k, float alpha, const float *a,
+                               int64_t lda, const float *b, int64_t ldb,
+                               float beta, float *c, int64_t ldc);
+/* Test hook: force (1) the portable micro-kernel or restore (0) the
+ * run-time choice; returns the kernel now in use (1 = portable). */
+int delta_gemm_builtin_kernel(int force);
 
 /* ---- kernels, one per op type (grouped by file) ------------------------ */
 /* k_matmul.c */

@@ -1,0 +1,266 @@
+/* Checkpoints (see checkpoint.h). */
+#include "checkpoint.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "delta/safetensors.h"
+
+/* Names and details printed for each kind of problem before "... and N
+ * more". */
+#define MAX_LISTED 20
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+/* A PARAM or STATE tensor that delta_model_build made. */
+static bool is_model_tensor(const delta_tensor *t) {
+    delta_tensor_kind k = delta_tensor_kind_of(t);
+    return k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE;
+}
+
+/* "(64, 3, 7, 7)" into buf. */
+static const char *shape_str(const int64_t *shape, int ndim, char *buf,
+                             size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? ", " : "",
+                              shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "%s)", ndim == 1 ? "," : "");
+    return buf;
+}
+
+/* ---- save ----------------------------------------------------------------- */
+
+delta_status checkpoint_save(const char *path, delta_session *s,
+                             const delta_ctx *ctx, int n_model_tensors,
+                             const delta_model *m, int64_t step, char *err,
+                             size_t err_len) {
+    int n_model = 0, n_bn = 0;
+    for (int i = 0; i < n_model_tensors; i++) {
+        const delta_tensor *t = delta_ctx_tensor(ctx, i);
+        if (!is_model_tensor(t)) continue;
+        n_model++;
+        n_bn += has_suffix(delta_tensor_name(t), ".running_mean");
+    }
+    int cap = n_model + n_bn;
+    delta_st_entry *e = calloc((size_t)(cap ? cap : 1), sizeof *e);
+    void **bufs = calloc((size_t)(cap ? cap : 1), sizeof *bufs);
+    char (*names)[DELTA_NAME_LEN + 32] =
+        calloc((size_t)(n_bn ? n_bn : 1), sizeof *names);
+    int64_t tracked = step;
+    delta_status st = DELTA_OK;
+    int n = 0, nb = 0;
+    if (!e || !bufs || !names) {
+        snprintf(err, err_len, "out of memory saving %s", path);
+        st = DELTA_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < n_model_tensors; i++) {
+        const delta_tensor *t = delta_ctx_tensor(ctx, i);
+        if (!is_model_tensor(t)) continue;
+        size_t bytes = delta_tensor_bytes(t);
+        bufs[n] = malloc(bytes ? bytes : 1);
+        if (!bufs[n]) {
+            snprintf(err, err_len, "out of memory reading '%s' to save %s",
+                     delta_tensor_name(t), path);
+            st = DELTA_ERR_NOMEM;
+            goto done;
+        }
+        st = delta_session_read(s, t, bufs[n], bytes);
+        if (st != DELTA_OK) {
+            snprintf(err, err_len, "reading '%s' from the device to save "
+                     "%s: %s", delta_tensor_name(t), path,
+                     delta_session_error(s));
+            goto done;
+        }
+        e[n].name = delta_tensor_name(t);
+        e[n].st_dtype = delta_tensor_dtype(t) == DELTA_I32 ? "I32" : "F32";
+        e[n].ndim = delta_tensor_ndim(t);
+        for (int d = 0; d < e[n].ndim; d++) e[n].shape[d] = delta_tensor_dim(t, d);
+        e[n].data = bufs[n];
+        n++;
+        const char *name = delta_tensor_name(t);
+        if (has_suffix(name, ".running_mean")) {
+            snprintf(names[nb], sizeof names[nb], "%.*s.num_batches_tracked",
+                     (int)(strlen(name) - strlen(".running_mean")), name);
+            e[n].name = names[nb];
+            e[n].st_dtype = "I64";
+            e[n].ndim = 0;
+            e[n].data = &tracked;
+            n++;
+            nb++;
+        }
+    }
+
+    /* Metadata: format, model, step, version and the config fields set. */
+    const delta_model_config *c = &m->cfg;
+    const struct {
+        const char *key;
+        int64_t v;
+    } fields[] = {
+        {"step", step},
+        {"image_size", c->image_size},
+        {"channels", c->channels},
+        {"classes", c->classes},
+        {"width", c->width},
+        {"mlp_hidden", c->mlp_hidden},
+        {"layers", c->layers},
+        {"hidden", c->hidden},
+        {"heads", c->heads},
+        {"seq_len", c->seq_len},
+        {"vocab", c->vocab},
+        {"positions", c->positions},
+    };
+    enum { N_FIELDS = sizeof fields / sizeof fields[0] };
+    const char *kv[2 * (N_FIELDS + 3)];
+    char vals[N_FIELDS][24];
+    int nm = 0;
+    kv[2 * nm] = "format", kv[2 * nm + 1] = "delta", nm++;
+    kv[2 * nm] = "model", kv[2 * nm + 1] = c->name, nm++;
+    kv[2 * nm] = "delta_version", kv[2 * nm + 1] = DELTA_VERSION_STRING, nm++;
+    for (int i = 0; i < N_FIELDS; i++) {
+        if (!fields[i].v && i) continue;
+        snprintf(vals[i], sizeof vals[i], "%" PRId64, fields[i].v);
+        kv[2 * nm] = fields[i].key, kv[2 * nm + 1] = vals[i], nm++;
+    }
+    char sub[512];
+    st = delta_st_write(path, e, n, kv, nm, sub, sizeof sub);
+    if (st != DELTA_OK)
+        snprintf(err, err_len, "cannot save the checkpoint %s: %s", path,
+                 sub);
+done:
+    for (int i = 0; bufs && i < cap; i++) free(bufs[i]);
+    free(bufs);
+    free(e);
+    free(names);
+    return st;
+}
+
+/* ---- load ----------------------------------------------------------------- */
+
+/* Tensors of PyTorch state dicts that delta's models have no counterpart
+ * for, and need none: bookkeeping buffers and weights tied to others. */
+static bool known_extra(const char *name) {
+    return has_suffix(name, ".num_batches_tracked") ||
+           !strcmp(name, "lm_head.weight") ||
+           !strcmp(name, "cls.predictions.decoder.weight") ||
+           !strcmp(name, "cls.predictions.decoder.bias") ||
+           has_suffix(name, ".attn.bias") ||
+           has_suffix(name, ".attn.masked_bias") ||
+           !strcmp(name, "bert.embeddings.position_ids");
+}
+
+/* The step a file records: "step" metadata, else a num_batches_tracked
+ * scalar, else 0. */
+static int64_t file_step(const delta_st_file *f) {
+    const char *v = delta_st_metadata(f, "step");
+    if (v) {
+        char *end;
+        long long s = strtoll(v, &end, 10);
+        if (end != v && !*end && s >= 0) return s;
+    }
+    for (int i = 0; i < delta_st_count(f); i++) {
+        const delta_st_tensor *t = delta_st_at(f, i);
+        if (has_suffix(t->name, ".num_batches_tracked") &&
+            !strcmp(t->st_dtype, "I64") && t->numel == 1) {
+            int64_t s;
+            memcpy(&s, t->data, sizeof s);
+            if (s >= 0) return s;
+        }
+    }
+    return 0;
+}
+
+delta_status checkpoint_load(const char *path, delta_session *s,
+                             const delta_ctx *ctx, int n_model_tensors,
+                             const delta_model *m, int64_t *step, FILE *diag,
+                             char *err, size_t err_len) {
+    delta_status st = DELTA_OK;
+    char sub[512] = "";
+    delta_st_file *f = delta_st_open(path, &st, sub, sizeof sub);
+    if (!f) {
+        snprintf(err, err_len, "cannot load the checkpoint %s: %s", path,
+                 sub);
+        return st != DELTA_OK ? st : DELTA_ERR_IO;
+    }
+    const char *model = m->cfg.name;
+    const char *file_model = delta_st_metadata(f, "model");
+    int missing = 0, mismatched = 0, listed = 0;
+    for (int i = 0; i < n_model_tensors; i++) {
+        const delta_tensor *t = delta_ctx_tensor(ctx, i);
+        if (!is_model_tensor(t)) continue;
+        const char *name = delta_tensor_name(t);
+        const delta_st_tensor *ft = delta_st_find(f, name);
+        char want[96], got[96];
+        shape_str(delta_tensor_shape(t), delta_tensor_ndim(t), want,
+                  sizeof want);
+        if (!ft) {
+            missing++;
+            if (diag && listed++ < MAX_LISTED)
+                fprintf(diag, "  missing: %s %s F32\n", name, want);
+            continue;
+        }
+        bool same = ft->ndim == delta_tensor_ndim(t) &&
+                    !strcmp(ft->st_dtype, delta_tensor_dtype(t) == DELTA_I32
+                                              ? "I32"
+                                              : "F32");
+        for (int d = 0; same && d < ft->ndim; d++)
+            same = ft->shape[d] == delta_tensor_dim(t, d);
+        if (!same) {
+            mismatched++;
+            if (diag && listed++ < MAX_LISTED)
+                fprintf(diag, "  mismatch: %s is %s %s in the file, the "
+                        "model has %s %s\n", name,
+                        shape_str(ft->shape, ft->ndim, got, sizeof got),
+                        ft->st_dtype, want,
+                        delta_dtype_name(delta_tensor_dtype(t)));
+        }
+    }
+    if (diag && listed > MAX_LISTED)
+        fprintf(diag, "  ... and %d more\n", listed - MAX_LISTED);
+    if (missing || mismatched) {
+        snprintf(err, err_len, "checkpoint %s does not fit model %s: %d "
+                 "tensor%s missing, %d with another shape or dtype%s%s%s",
+                 path, model, missing, missing == 1 ? "" : "s", mismatched,
+                 file_model ? " (the file was saved from " : "",
+                 file_model ? file_model : "", file_model ? ")" : "");
+        delta_st_close(f);
+        return DELTA_ERR_FORMAT;
+    }
+
+    /* Extras: silently ignored when known, else a warning each. */
+    int unknown = 0;
+    for (int i = 0; i < delta_st_count(f); i++) {
+        const delta_st_tensor *ft = delta_st_at(f, i);
+        const delta_tensor *t = delta_ctx_find(ctx, ft->name);
+        if ((t && delta_tensor_id(t) < n_model_tensors &&
+             is_model_tensor(t)) ||
+            known_extra(ft->name))
+            continue;
+        if (diag && unknown < MAX_LISTED)
+            fprintf(diag, "delta: warning: ignoring '%s' in %s: model %s has "
+                    "no such tensor\n", ft->name, path, model);
+        unknown++;
+    }
+    if (diag && unknown > MAX_LISTED)
+        fprintf(diag, "delta: warning: ... and %d more tensors ignored\n",
+                unknown - MAX_LISTED);
+
+    for (int i = 0; i < n_model_tensors && st == DELTA_OK; i++) {
+        const delta_tensor *t = delta_ctx_tensor(ctx, i);
+        if (!is_model_tensor(t)) continue;
+        const delta_st_tensor *ft = delta_st_find(f, delta_tensor_name(t));
+        st = delta_session_write(s, t, ft->data, ft->nbytes);
+        if (st != DELTA_OK)
+            snprintf(err, err_len, "writing '%s' from %s to the device: %s",
+                     ft->name, path, delta_session_error(s));
+    }
+    if (step) *step = file_step(f);
+    delta_st_close(f);
+    return st;
+}

@@ -1,0 +1,90 @@
+/* The --json log (see json_log.h). */
+#include "json_log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct json_log {
+    FILE *f;
+    char *path;
+    int write_errno;  /* first write error, 0 if none */
+};
+
+json_log *json_log_open(const char *path, char *err, size_t err_len) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, err_len, "cannot create the JSON log %s: %s", path,
+                 strerror(errno));
+        return NULL;
+    }
+    json_log *l = calloc(1, sizeof *l);
+    char *p = strdup(path);
+    if (!l || !p) {
+        fclose(f);
+        free(l);
+        free(p);
+        snprintf(err, err_len, "out of memory opening %s", path);
+        return NULL;
+    }
+    l->f = f;
+    l->path = p;
+    return l;
+}
+
+bool json_log_write(json_log *l, const cJSON *obj) {
+    if (!l) return true;
+    char *s = cJSON_PrintUnformatted(obj);
+    if (!s) {
+        if (!l->write_errno) l->write_errno = ENOMEM;
+        return false;
+    }
+    bool ok = fputs(s, l->f) >= 0 && fputc('\n', l->f) != EOF;
+    if (!ok && !l->write_errno) l->write_errno = errno ? errno : EIO;
+    cJSON_free(s);
+    return ok;
+}
+
+void json_add_number_or_null(cJSON *obj, const char *key, double v) {
+    if (isfinite(v))
+        cJSON_AddNumberToObject(obj, key, v);
+    else
+        cJSON_AddNullToObject(obj, key);
+}
+
+bool json_log_step(json_log *l, int64_t step, double loss,
+                   const delta_step_stats *st) {
+    if (!l) return true;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return false;
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    json_add_number_or_null(o, "loss", loss);
+    cJSON_AddNumberToObject(o, "step_s", st->step_s);
+    cJSON_AddNumberToObject(o, "peak_device_bytes",
+                            (double)st->peak_device_bytes);
+    cJSON_AddNumberToObject(o, "swap_out_bytes", (double)st->swap_out_bytes);
+    cJSON_AddNumberToObject(o, "swap_in_bytes", (double)st->swap_in_bytes);
+    cJSON_AddNumberToObject(o, "recomputed_ops", st->recomputed_ops);
+    cJSON_AddNumberToObject(o, "recompute_s", st->recompute_s);
+    cJSON_AddNumberToObject(o, "stall_s", st->stall_s);
+    bool ok = json_log_write(l, o);
+    cJSON_Delete(o);
+    return ok;
+}
+
+bool json_log_close(json_log *l, char *err, size_t err_len) {
+    if (!l) return true;
+    int e = l->write_errno;
+    if (fflush(l->f) != 0 && !e) e = errno ? errno : EIO;
+    if (fsync(fileno(l->f)) != 0 && !e && errno != EINVAL) e = errno;
+    if (fclose(l->f) != 0 && !e) e = errno ? errno : EIO;
+    if (e)
+        snprintf(err, err_len, "writing the JSON log %s failed: %s", l->path,
+                 strerror(e));
+    free(l->path);
+    free(l);
+    return e == 0;
+}

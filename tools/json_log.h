@@ -1,0 +1,37 @@
+/* The --json log: one JSON object a line (JSON Lines), written with cJSON.
+ * Each training step adds {"step", "loss", "step_s", "peak_device_bytes",
+ * "swap_out_bytes", "swap_in_bytes", "recomputed_ops", "recompute_s",
+ * "stall_s"}; the run ends with {"summary": {...}}. A loss that is not
+ * meaningful (sim) or not finite is written as null. The file is flushed,
+ * fsync'd and closed by json_log_close, which reports any write error. */
+#ifndef DELTA_TOOLS_JSON_LOG_H
+#define DELTA_TOOLS_JSON_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "delta/session.h"
+
+typedef struct json_log json_log;
+
+/* Creates (truncates) path. NULL with a message in err on failure. */
+json_log *json_log_open(const char *path, char *err, size_t err_len);
+
+/* Writes obj as one line; obj stays the caller's. */
+bool json_log_write(json_log *l, const cJSON *obj);
+
+/* One step's line. loss NAN gives null. */
+bool json_log_step(json_log *l, int64_t step, double loss,
+                   const delta_step_stats *st);
+
+/* Adds a number, or null when v is not finite, to obj under key. */
+void json_add_number_or_null(cJSON *obj, const char *key, double v);
+
+/* Flushes, fsyncs and closes; false with a message in err if any write
+ * failed along the way. NULL is a no-op that succeeds. */
+bool json_log_close(json_log *l, char *err, size_t err_len);
+
+#endif

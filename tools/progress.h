@@ -1,0 +1,49 @@
+/* Training progress on stderr: a one-line bar redrawn in place with \r on a
+ * terminal, plain lines (about every 10% of the steps, and the last) when
+ * stderr is a file or a pipe, or nothing (--quiet). Each report shows the
+ * step, the loss, the throughput (samples/s or tokens/s) and the device
+ * memory in use (the arena's high-water mark). */
+#ifndef DELTA_TOOLS_PROGRESS_H
+#define DELTA_TOOLS_PROGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum progress_mode {
+    PROGRESS_QUIET = 0,
+    PROGRESS_BAR,    /* a terminal: redraw one line */
+    PROGRESS_LINES,  /* a file or pipe: a line every ~10% */
+} progress_mode;
+
+typedef struct progress {
+    progress_mode mode;
+    FILE *out;
+    int64_t steps;          /* total steps of the run */
+    int64_t every;          /* PROGRESS_LINES: steps between lines */
+    const char *unit;       /* "samples" or "tokens" */
+    double units_per_step;  /* batch or batch * T */
+    bool simulated;         /* sim: times are simulated, there is no loss */
+    double ema_step_s;      /* smoothed step time (0 before the first) */
+    double last_draw;       /* wall clock of the last redraw */
+    double t0;              /* wall clock at progress_init */
+    int drawn;              /* characters of the bar last drawn */
+} progress;
+
+/* PROGRESS_BAR when isatty(fileno(out)) and not quiet, else LINES/QUIET. */
+progress_mode progress_pick_mode(FILE *out, bool quiet);
+
+void progress_init(progress *p, progress_mode mode, FILE *out, int64_t steps,
+                   const char *unit, double units_per_step, bool simulated);
+/* Reports step `step` (1-based) of the run: loss (NAN when there is none),
+ * its seconds and the device bytes in use. */
+void progress_step(progress *p, int64_t step, double loss, double step_s,
+                   size_t device_bytes);
+/* Ends the bar's line (a no-op in the other modes). */
+void progress_finish(progress *p);
+
+/* Monotonic wall clock in seconds. */
+double progress_now(void);
+
+#endif

@@ -1,0 +1,134 @@
+/* The trainer: from a run's settings to a trained model. It picks the data
+ * (Fashion-MNIST, a text file or synthetic samples) and fits the model to
+ * it, builds the step program (model, backward, optimizer), sizes the
+ * budget against the dry plan, places the program in a session on a cpu or
+ * sim backend, and then trains, evaluates and saves. The `train` command
+ * is cmd_train.c around it; later commands (maxbatch, bench) reuse the
+ * phases.
+ *
+ * Every phase returns a delta_status and writes a message into the
+ * trainer's err; trainer_exit_code maps a status to the tool's exit
+ * status (0 ok, 2 bad usage or input, 3 infeasible budget, 1 other). */
+#ifndef DELTA_TOOLS_TRAINER_H
+#define DELTA_TOOLS_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "delta/backend.h"
+#include "delta/data.h"
+#include "delta/dryplan.h"
+#include "delta/models.h"
+#include "delta/session.h"
+#include "json_log.h"
+#include "parse.h"
+
+typedef enum train_optimizer {
+    TRAIN_OPT_DEFAULT = 0,  /* sgd for image models, adamw for transformers */
+    TRAIN_OPT_SGD,
+    TRAIN_OPT_ADAMW,
+} train_optimizer;
+
+typedef enum train_backend {
+    TRAIN_BACKEND_CPU = 0,
+    TRAIN_BACKEND_SIM,
+} train_backend;
+
+/* A run's settings. Zero-initialize, then set what the user gave; the
+ * fields documented with a default take it when left 0 / NULL / negative
+ * as said. */
+typedef struct train_config {
+    /* name, batch and overrides; 0 = the model's or the data's value.
+     * dropout: only read when dropout_set (else the model's default). */
+    delta_model_config model;
+    bool dropout_set;
+    /* NULL: fashion-mnist for image models when the dataset exists (else
+     * synthetic at its shape), synthetic for transformers; on sim the
+     * model's own shapes with no data. "fashion-mnist", "synthetic", a
+     * directory of Fashion-MNIST idx files (image models) or a text file
+     * (transformers). */
+    const char *data;
+    int64_t steps;
+    uint64_t seed;
+    train_optimizer optimizer;
+    double lr, momentum, weight_decay;  /* < 0: the optimizer's default */
+    bool no_shuffle;
+    int threads;                        /* 0: all cores */
+    const char *save, *load, *json;     /* NULL: none */
+    bool quiet;
+    int64_t eval_batches;               /* < 0: the whole test split;
+                                           0: no evaluation */
+    train_backend backend;
+    const char *gpu;                    /* sim preset; NULL: v100-16g */
+    budget_spec budget;
+    const char *policy;                 /* NULL: keep */
+    double link_gbps;                   /* cpu link; used when link_set */
+    bool link_set;
+} train_config;
+
+/* Figures of a finished run (the JSON summary holds the same). */
+typedef struct train_result {
+    int64_t steps_done;
+    double final_loss;          /* NAN on sim */
+    double median_step_s;
+    double train_s;             /* wall seconds of the training loop */
+    size_t peak_device_bytes;   /* max over the steps */
+    double units_per_s;         /* samples/s (images) or tokens/s */
+    bool evaluated;
+    double test_accuracy, test_loss;
+    int64_t test_samples;
+} train_result;
+
+typedef struct trainer {
+    train_config cfg;           /* with defaults filled in */
+    bool sim;                   /* no data: figures are simulated */
+    bool image;                 /* classifier (else a language model) */
+    bool synthetic;             /* data is synthetic (or none on sim) */
+    const char *fmnist_dir;     /* Fashion-MNIST files in use, or NULL */
+    delta_dataset *data;        /* NULL on sim */
+    delta_loader *loader;
+    delta_batch batch;
+    delta_ctx *ctx;
+    delta_model model;
+    int n_model_tensors;        /* ids below this are the model's own */
+    delta_dry_plan plan;
+    size_t budget_bytes;        /* 0 = unlimited */
+    delta_backend *backend;
+    delta_session *session;
+    int64_t start_step;         /* steps trained before (from --load) */
+    const char *optimizer_name; /* "sgd" or "adamw" */
+    double lr;
+    train_result result;
+    json_log *json;
+    FILE *info;                 /* informational lines (NULL when quiet) */
+    char err[1024];
+} trainer;
+
+/* Fills in defaults, opens the data, builds the program, plans it and
+ * creates the backend and the session; loads --load into it. On failure
+ * the trainer holds what was made (free it with trainer_free). */
+delta_status trainer_setup(trainer *t, const train_config *cfg);
+
+/* Runs cfg.steps training steps with progress on stderr and the JSON log;
+ * fills t->result. */
+delta_status trainer_train(trainer *t);
+
+/* Test accuracy on the Fashion-MNIST test split (cfg.eval_batches batches,
+ * all when < 0), in eval mode; a no-op for other data. */
+delta_status trainer_evaluate(trainer *t);
+
+/* Writes cfg.save (when set). */
+delta_status trainer_save(trainer *t);
+
+/* Prints the result line(s) on stdout and writes the JSON summary. */
+delta_status trainer_report(trainer *t);
+
+void trainer_free(trainer *t);
+
+/* 0 for DELTA_OK, 3 for DELTA_ERR_BUDGET, 2 for bad input (invalid
+ * arguments, shapes, unreadable or malformed files, unsupported
+ * requests), 1 for anything else. */
+int trainer_exit_code(delta_status st);
+
+#endif
