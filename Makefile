@@ -77,7 +77,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool test-tsan
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -124,6 +124,15 @@ deps-check:
 test: deps-check
 	@$(MAKE) --no-print-directory tests tool
 	@tests/run.sh $(TEST_BIN)
+
+# The threaded code (copy engines, session) under ThreadSanitizer. OpenMP's
+# runtime is not instrumented, so this build leaves it out.
+TSAN_TESTS := test_backend test_session
+test-tsan: deps-check
+	@$(MAKE) --no-print-directory SANITIZE=thread NO_OMP=1 \
+	  $(TSAN_TESTS:%=build/san-thread/tests/%)
+	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
+	  tests/run.sh $(TSAN_TESTS:%=build/san-thread/tests/%)
 
 run: deps-check
 	@$(MAKE) --no-print-directory tool
