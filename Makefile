@@ -39,10 +39,6 @@ HAVE_ZLIB := $(call probe,zlib.h,-lz)
 HAVE_CJSON := $(call probe,cjson/cJSON.h,-lcjson)
 NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 
-mark = $(if $(1),✓,✗)
-ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(NVCC)) CUDA$(if $(NVCC), (nvcc found; backend comes with the CUDA issue),)$(if $(SANITIZE),  sanitize=$(SANITIZE),))
-endif
 
 ifeq ($(HAVE_OMP),yes)
 CFLAGS += -fopenmp
@@ -52,7 +48,16 @@ CFLAGS += -Wno-unknown-pragmas
 endif
 ifeq ($(HAVE_BLAS),yes)
 CFLAGS += -DDELTA_HAVE_OPENBLAS
+# Prefer Debian's OpenMP build of OpenBLAS (libopenblas0-openmp): it shares
+# delta's OpenMP thread pool instead of running its own pthreads, whose
+# spinning competes with OpenMP's on a few cores.
+BLAS_OMP_DIR := $(wildcard /usr/lib/$(shell $(CC) -print-multiarch)/openblas-openmp)
+ifneq ($(and $(HAVE_OMP),$(BLAS_OMP_DIR)),)
+LDLIBS += -L$(BLAS_OMP_DIR) -Wl,-rpath,$(BLAS_OMP_DIR) -l:libopenblas.so.0
+BLAS_KIND := (OpenMP build)
+else
 LDLIBS += -lopenblas
+endif
 endif
 ifeq ($(HAVE_ZLIB),yes)
 CFLAGS += -DDELTA_HAVE_ZLIB
@@ -65,6 +70,11 @@ endif
 ifdef SANITIZE
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+mark = $(if $(1),✓,✗)
+ifeq ($(MAKELEVEL),0)
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(NVCC)) CUDA$(if $(NVCC), (nvcc found; backend comes with the CUDA issue),)$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------

@@ -7,7 +7,7 @@
 # Not root: prints the command to run instead and fails if something needed
 # is missing.
 set -u
-REQUIRED="gcc make libopenblas-dev libcjson-dev zlib1g-dev pkg-config"
+REQUIRED="gcc make libopenblas-dev libopenblas0-openmp libcjson-dev zlib1g-dev pkg-config"
 OPTIONAL="dataset-fashion-mnist gnuplot-nox"
 BENCH="python3-torch"
 

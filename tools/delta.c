@@ -1,9 +1,10 @@
-/* The delta command line. Subcommands grow with the project; today it
- * answers --help and --version and lists what the build uses. */
+/* The delta command line: dispatches to a subcommand (commands.h). */
 #include "delta/delta.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "commands.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -12,7 +13,7 @@ static void usage(FILE *f) {
             "Train deep networks inside a fixed device-memory budget.\n"
             "\n"
             "commands:\n"
-            "  train      train a model (coming with the models issue)\n"
+            "  train      train a model ('delta train --help')\n"
             "  maxbatch   largest batch that fits a device (coming)\n"
             "  bench      grid of models, policies and budgets (coming)\n"
             "\n"
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
         printf("delta %s (%s)\n", DELTA_VERSION_STRING, delta_build_features());
         return 0;
     }
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     fprintf(stderr, "delta: unknown command '%s'; see 'delta --help'\n", cmd);
     return 2;
 }

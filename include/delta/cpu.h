@@ -20,7 +20,9 @@ typedef enum delta_gemm_impl {
 
 /* Selects the GEMM path; returns DELTA_ERR_UNSUPPORTED when asking for BLAS
  * in a build without it. The DELTA_GEMM environment variable ("blas" or
- * "builtin") sets the initial choice. */
+ * "builtin") sets the initial choice; the default is the built-in GEMM,
+ * which measured faster on conv shapes and is bit-identical for any thread
+ * count (OpenBLAS is bit-identical only for a fixed thread count). */
 delta_status delta_cpu_set_gemm(delta_gemm_impl impl);
 delta_gemm_impl delta_cpu_gemm(void);
 

@@ -47,15 +47,19 @@ int delta_cpu_threads(void) {
 #endif
 }
 
+/* The default is the built-in GEMM: on the shapes delta's conv and linear
+ * kernels issue it measured as fast as OpenBLAS on large products and
+ * faster on the many small ones (make bench-kernels; docs/ARCHITECTURE.md),
+ * and its results are bit-identical for any thread count, which OpenBLAS's
+ * are not. DELTA_GEMM=blas selects OpenBLAS. */
 static int gemm_from_env(void) {
     const char *e = getenv("DELTA_GEMM");
 #ifdef DELTA_HAVE_OPENBLAS
-    if (e && strcmp(e, "builtin") == 0) return DELTA_GEMM_BUILTIN;
-    return DELTA_GEMM_BLAS;
+    if (e && strcmp(e, "blas") == 0) return DELTA_GEMM_BLAS;
 #else
     (void)e; /* "blas" cannot be served: built-in only */
-    return DELTA_GEMM_BUILTIN;
 #endif
+    return DELTA_GEMM_BUILTIN;
 }
 
 delta_status delta_cpu_set_gemm(delta_gemm_impl impl) {
@@ -76,6 +80,15 @@ delta_gemm_impl delta_cpu_gemm(void) {
         v = atomic_load(&gemm_impl);
     }
     return (delta_gemm_impl)v;
+}
+
+bool delta_gemm_contends(void) {
+#ifdef DELTA_HAVE_OPENBLAS
+    /* openblas_get_parallel: 0 sequential, 1 its own pthreads, 2 OpenMP */
+    return delta_cpu_gemm() == DELTA_GEMM_BLAS && openblas_get_parallel() == 1;
+#else
+    return false;
+#endif
 }
 
 #ifdef DELTA_HAVE_OPENBLAS

@@ -39,7 +39,7 @@
  * OpenBLAS's threads for the cores (measured: conv 2x slower on 2 cores
  * with the default OMP_WAIT_POLICY). The helpers are ~10% of the work. */
 static inline bool par_ok(int64_t work) {
-    return work >= PAR_MIN && delta_cpu_gemm() != DELTA_GEMM_BLAS;
+    return work >= PAR_MIN && !delta_gemm_contends();
 }
 
 #ifdef _OPENMP

@@ -52,6 +52,11 @@ void delta_gemm_builtin_serial(bool ta, bool tb, int64_t m, int64_t n,
                                int64_t k, float alpha, const float *a,
                                int64_t lda, const float *b, int64_t ldb,
                                float beta, float *c, int64_t ldc);
+/* True when GEMMs run on OpenBLAS's own pthread pool: OpenMP threads left
+ * spinning by a parallel loop then compete with it for the cores, so
+ * kernels keep their small helper loops between GEMMs serial. False with
+ * the built-in GEMM or an OpenMP build of OpenBLAS (one shared pool). */
+bool delta_gemm_contends(void);
 /* Test hook: force (1) the portable micro-kernel or restore (0) the
  * run-time choice; returns the kernel now in use (1 = portable). */
 int delta_gemm_builtin_kernel(int force);

@@ -1,0 +1,589 @@
+/* The command line (tools/): runs build/delta (or $DELTA_TOOL) as a child
+ * process and checks its exit status, messages and files:
+ *  - --help, --version and --gpu help succeed;
+ *  - every kind of bad usage or input exits 2 with a message on stderr,
+ *    an infeasible budget exits 3, and nothing crashes;
+ *  - a short real run writes valid JSON lines with the required fields;
+ *  - --save then --load gives identical tensors; checkpoints written by
+ *    PyTorch (tests/fixtures/checkpoints, from
+ *    scripts/make_checkpoint_fixture.py) load; bad ones are refused;
+ *  - the loss falls on Fashion-MNIST (skipped when it is not installed);
+ *  - the sim backend reports simulated figures for ResNet-50 and GPT-2 XL
+ *    in well under a few seconds of real time. */
+#include "delta/delta.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#define OUT_CAP (64 * 1024)
+#define MAX_ARGS 48
+
+static char tmpdir[64];
+static const char *tool = "build/delta";
+
+typedef struct result {
+    int status;            /* exit status, or 128 + signal */
+    char out[OUT_CAP];     /* stdout */
+    char err[OUT_CAP];     /* stderr */
+    double seconds;
+} result;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void slurp(const char *path, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs `tool train args...` (NULL-terminated); with train false, runs
+ * `tool args...`. */
+static void run_tool(result *r, bool train, const char *const *args) {
+    const char *argv[MAX_ARGS + 3];
+    int n = 0;
+    argv[n++] = tool;
+    if (train) argv[n++] = "train";
+    for (int i = 0; args[i] && n < MAX_ARGS + 1; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    char out_path[128], err_path[128];
+    snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/stderr", tmpdir);
+    double t0 = now();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0) _exit(126);
+        dup2(o, 1);
+        dup2(e, 2);
+        execv(tool, (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    if (pid < 0 || waitpid(pid, &ws, 0) < 0) {
+        r->status = -1;
+    } else if (WIFEXITED(ws)) {
+        r->status = WEXITSTATUS(ws);
+    } else {
+        r->status = 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    }
+    r->seconds = now() - t0;
+    slurp(out_path, r->out, sizeof r->out);
+    slurp(err_path, r->err, sizeof r->err);
+}
+
+static result res; /* large: one shared result buffer */
+
+#define TRAIN(...)                                                         \
+    do {                                                                   \
+        const char *a_[] = {__VA_ARGS__, NULL};                            \
+        run_tool(&res, true, a_);                                          \
+    } while (0)
+
+static void path_in_tmp(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", tmpdir, name);
+}
+
+static bool have_fashion_mnist(void) {
+    return access(DELTA_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz",
+                  R_OK) == 0 &&
+           access(DELTA_FASHION_MNIST_DIR "/t10k-images-idx3-ubyte.gz",
+                  R_OK) == 0;
+}
+
+/* ---- usage ------------------------------------------------------------------ */
+
+static void test_help_and_version(void) {
+    const char *help[] = {"--help", NULL};
+    run_tool(&res, true, help);
+    CHECK(res.status == 0 && strstr(res.out, "usage: delta train") &&
+              strstr(res.out, "--budget"),
+          "train --help: status %d, stdout '%.200s'", res.status, res.out);
+    const char *ver[] = {"--version", NULL};
+    run_tool(&res, true, ver);
+    CHECK(res.status == 0 && strstr(res.out, "delta " DELTA_VERSION_STRING),
+          "train --version: status %d, stdout '%.200s'", res.status, res.out);
+    run_tool(&res, false, help);
+    CHECK(res.status == 0 && strstr(res.out, "train"),
+          "delta --help: status %d", res.status);
+    run_tool(&res, false, ver);
+    CHECK(res.status == 0 && strstr(res.out, DELTA_VERSION_STRING),
+          "delta --version: status %d", res.status);
+    const char *gpus[] = {"--gpu", "help", NULL};
+    run_tool(&res, true, gpus);
+    CHECK(res.status == 0 && strstr(res.out, "v100-16g") &&
+              strstr(res.out, "a100-80g") && strstr(res.out, "h100-80g"),
+          "--gpu help: status %d, stdout '%.300s'", res.status, res.out);
+}
+
+/* Runs args expecting exit status want and a stderr containing needle. */
+static void expect_fail(int want, const char *needle,
+                        const char *const *args) {
+    run_tool(&res, true, args);
+    char cmd[512] = "";
+    for (int i = 0; args[i]; i++) {
+        strncat(cmd, " ", sizeof cmd - strlen(cmd) - 1);
+        strncat(cmd, args[i], sizeof cmd - strlen(cmd) - 1);
+    }
+    CHECK(res.status == want, "delta train%s: status %d, expected %d; "
+          "stderr: %.400s", cmd, res.status, want, res.err);
+    CHECK(strstr(res.err, needle) != NULL, "delta train%s: stderr lacks "
+          "'%s': %.400s", cmd, needle, res.err);
+}
+
+#define FAILS(want, needle, ...)                                           \
+    do {                                                                   \
+        const char *a_[] = {__VA_ARGS__, NULL};                            \
+        expect_fail(want, needle, a_);                                     \
+    } while (0)
+
+static void test_usage_errors(void) {
+    FAILS(2, "unknown option '--frob'", "--model", "gpt2-tiny", "--frob");
+    FAILS(2, "needs a value", "--model", "gpt2-tiny", "--steps", "1",
+          "--batch");
+    FAILS(2, "no model", "--steps", "1");
+    FAILS(2, "unexpected argument", "--model", "gpt2-tiny", "stray");
+    FAILS(2, "unknown model 'nope'", "--model", "nope", "--steps", "1");
+    FAILS(2, "--batch is 0", "--model", "gpt2-tiny", "--batch", "0");
+    FAILS(2, "whole number, got 'abc'", "--model", "gpt2-tiny", "--batch",
+          "abc");
+    FAILS(2, "--steps", "--model", "gpt2-tiny", "--steps", "-3");
+    FAILS(2, "--lr", "--model", "gpt2-tiny", "--lr", "fast");
+    FAILS(2, "unknown unit 'xB'", "--model", "gpt2-tiny", "--budget",
+          "10xB");
+    FAILS(2, "percentage", "--model", "gpt2-tiny", "--budget", "-5%");
+    FAILS(2, "not built yet", "--model", "gpt2-tiny", "--policy", "dtr");
+    FAILS(2, "unknown policy 'nope'", "--model", "gpt2-tiny", "--policy",
+          "nope");
+    FAILS(2, "CUDA backend is not built yet", "--model", "gpt2-tiny",
+          "--backend", "cuda");
+    FAILS(2, "unknown backend", "--model", "gpt2-tiny", "--backend", "tpu");
+    FAILS(2, "unknown GPU 'nope'", "--model", "gpt2-tiny", "--gpu", "nope");
+    FAILS(2, "needs --backend sim", "--model", "gpt2-tiny", "--backend",
+          "cpu", "--gpu", "a100-80g");
+    FAILS(2, "--trace is not supported yet", "--model", "gpt2-tiny",
+          "--trace", "t.json");
+    FAILS(2, "unknown optimizer", "--model", "gpt2-tiny", "--optimizer",
+          "lion");
+    FAILS(2, "/no/such/file", "--model", "gpt2-tiny", "--steps", "1",
+          "--data", "/no/such/file");
+    FAILS(2, "/no/such/dir", "--model", "resnet18", "--steps", "1",
+          "--data", "/no/such/dir");
+    FAILS(2, "language model", "--model", "gpt2-tiny", "--data",
+          "fashion-mnist");
+    FAILS(2, "layers", "--model", "resnet18", "--layers", "3", "--steps",
+          "1");
+    FAILS(2, "hidden 100 is not divisible by heads 3", "--model",
+          "gpt2-tiny", "--hidden", "100", "--heads", "3", "--steps", "1");
+    FAILS(2, "dropout", "--model", "resnet18", "--dropout", "0.5",
+          "--data", "synthetic", "--steps", "1");
+    FAILS(2, "--save", "--model", "gpt2-tiny", "--backend", "sim",
+          "--save", "x.safetensors");
+    char json[128];
+    snprintf(json, sizeof json, "%s/no/such/dir/log.json", tmpdir);
+    FAILS(2, "JSON log", "--model", "gpt2-tiny", "--steps", "1", "--json",
+          json);
+}
+
+static void test_budget_errors(void) {
+    /* 5% of gpt2-tiny's peak is below the largest op's operands. */
+    FAILS(3, "minimum", "--model", "gpt2-tiny", "--steps", "1", "--budget",
+          "5%");
+    FAILS(3, "budget", "--model", "gpt2-tiny", "--steps", "1", "--budget",
+          "64KiB");
+    /* keep needs the whole peak. */
+    FAILS(3, "keep", "--model", "gpt2-tiny", "--steps", "1", "--budget",
+          "60%");
+    FAILS(3, "minimum", "--backend", "sim", "--model", "gpt2-small",
+          "--steps", "1", "--budget", "1MiB");
+    TRAIN("--model", "gpt2-tiny", "--steps", "1", "--budget", "150%",
+          "--link-bw", "0", "--quiet");
+    CHECK(res.status == 0, "--budget 150%%: status %d: %s", res.status,
+          res.err);
+}
+
+/* ---- JSON ------------------------------------------------------------------- */
+
+/* Reads a JSON Lines file: up to cap objects into objs; returns the count
+ * (-1 when a line does not parse). */
+static int read_json_lines(const char *path, cJSON **objs, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    static char line[1 << 16];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (n == cap) break;
+        cJSON *o = cJSON_Parse(line);
+        if (!o || !cJSON_IsObject(o)) {
+            cJSON_Delete(o);
+            fclose(f);
+            for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+            return -1;
+        }
+        objs[n++] = o;
+    }
+    fclose(f);
+    return n;
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static const char *step_fields[] = {
+    "step", "loss", "step_s", "peak_device_bytes", "swap_out_bytes",
+    "swap_in_bytes", "recomputed_ops", "recompute_s", "stall_s", NULL,
+};
+static const char *summary_fields[] = {
+    "model", "batch", "steps", "backend", "gpu", "policy", "budget_bytes",
+    "peak_device_bytes", "baseline_peak_bytes", "min_budget_bytes",
+    "median_step_s", "final_loss", NULL,
+};
+
+/* Checks a JSON log of `steps` step lines and a summary; returns the
+ * summary (owned by objs[steps]) or NULL. loss_null: sim. */
+static const cJSON *check_log(const char *what, cJSON **objs, int n,
+                              int steps, bool loss_null) {
+    CHECK(n == steps + 1, "%s: %d JSON lines, expected %d", what, n,
+          steps + 1);
+    if (n != steps + 1) return NULL;
+    for (int i = 0; i < steps; i++) {
+        for (int k = 0; step_fields[k]; k++)
+            CHECK(cJSON_GetObjectItemCaseSensitive(objs[i], step_fields[k]),
+                  "%s: line %d lacks '%s'", what, i + 1, step_fields[k]);
+        CHECK(num(objs[i], "step") == i + 1, "%s: line %d has step %g",
+              what, i + 1, num(objs[i], "step"));
+        const cJSON *loss = cJSON_GetObjectItemCaseSensitive(objs[i], "loss");
+        if (loss_null)
+            CHECK(cJSON_IsNull(loss), "%s: sim loss should be null", what);
+        else
+            CHECK(cJSON_IsNumber(loss) && isfinite(loss->valuedouble) &&
+                      loss->valuedouble > 0,
+                  "%s: line %d: loss not a finite positive number", what,
+                  i + 1);
+        CHECK(num(objs[i], "step_s") > 0 &&
+                  num(objs[i], "peak_device_bytes") > 0,
+              "%s: line %d: step_s %g, peak_device_bytes %g", what, i + 1,
+              num(objs[i], "step_s"), num(objs[i], "peak_device_bytes"));
+    }
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(objs[steps],
+                                                      "summary");
+    CHECK(cJSON_IsObject(s), "%s: the last line has no summary object",
+          what);
+    if (!cJSON_IsObject(s)) return NULL;
+    for (int k = 0; summary_fields[k]; k++)
+        CHECK(cJSON_GetObjectItemCaseSensitive(s, summary_fields[k]),
+              "%s: summary lacks '%s'", what, summary_fields[k]);
+    CHECK(num(s, "steps") == steps, "%s: summary steps %g", what,
+          num(s, "steps"));
+    CHECK(num(s, "median_step_s") > 0 && num(s, "peak_device_bytes") > 0 &&
+              num(s, "baseline_peak_bytes") > 0 &&
+              num(s, "min_budget_bytes") > 0,
+          "%s: summary figures not positive", what);
+    return s;
+}
+
+static void test_json_log(void) {
+    char json[128];
+    path_in_tmp(json, sizeof json, "gpt2.jsonl");
+    TRAIN("--model", "gpt2-tiny", "--steps", "3", "--json", json,
+          "--quiet");
+    CHECK(res.status == 0, "gpt2-tiny run: status %d: %s", res.status,
+          res.err);
+    CHECK(strstr(res.out, "gpt2-tiny") && !strchr(res.out, '\r'),
+          "--quiet prints one summary line: '%s'", res.out);
+    cJSON *objs[16];
+    int n = read_json_lines(json, objs, 16);
+    CHECK(n >= 0, "%s does not parse as JSON lines", json);
+    if (n < 0) return;
+    const cJSON *s = check_log("gpt2-tiny", objs, n, 3, false);
+    if (s) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "model");
+        CHECK(cJSON_IsString(m) && !strcmp(m->valuestring, "gpt2-tiny"),
+              "summary model");
+        CHECK(num(s, "final_loss") == num(objs[2], "loss"),
+              "final_loss %g is not the last step's %g",
+              num(s, "final_loss"), num(objs[2], "loss"));
+        CHECK(num(s, "tokens_per_s") > 0, "tokens_per_s missing");
+        CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s,
+                                                            "budget_bytes")),
+              "an unlimited budget is null");
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+}
+
+/* ---- checkpoints ------------------------------------------------------------ */
+
+/* Tensors of a that are not num_batches_tracked (or skip) must be in b
+ * with the same dtype, shape and bytes; and the counts must agree. */
+static void same_tensors(const char *pa, const char *pb, const char *skip) {
+    delta_st_file *a = delta_st_open(pa, NULL, NULL, 0);
+    delta_st_file *b = delta_st_open(pb, NULL, NULL, 0);
+    CHECK(a && b, "cannot open %s or %s", pa, pb);
+    if (!a || !b) goto done;
+    int na = 0, nb = 0;
+    for (int i = 0; i < delta_st_count(a); i++) {
+        const delta_st_tensor *t = delta_st_at(a, i);
+        if (skip && !strcmp(t->name, skip)) continue;
+        na++;
+        const delta_st_tensor *u = delta_st_find(b, t->name);
+        CHECK(u != NULL, "%s is not in %s", t->name, pb);
+        if (!u) continue;
+        bool same = !strcmp(t->st_dtype, u->st_dtype) && t->ndim == u->ndim &&
+                    t->nbytes == u->nbytes;
+        for (int d = 0; same && d < t->ndim; d++)
+            same = t->shape[d] == u->shape[d];
+        CHECK(same, "%s: dtype or shape differs between %s and %s", t->name,
+              pa, pb);
+        if (same && !strstr(t->name, "num_batches_tracked"))
+            CHECK(!memcmp(t->data, u->data, t->nbytes),
+                  "%s: values differ between %s and %s", t->name, pa, pb);
+    }
+    for (int i = 0; i < delta_st_count(b); i++)
+        nb += !(skip && !strcmp(delta_st_at(b, i)->name, skip));
+    CHECK(na == nb, "%s has %d tensors, %s has %d", pa, na, pb, nb);
+done:
+    delta_st_close(a);
+    delta_st_close(b);
+}
+
+static int64_t i64_tensor(const char *path, const char *name) {
+    delta_st_file *f = delta_st_open(path, NULL, NULL, 0);
+    const delta_st_tensor *t = f ? delta_st_find(f, name) : NULL;
+    int64_t v = -1;
+    if (t && !strcmp(t->st_dtype, "I64") && t->numel == 1)
+        memcpy(&v, t->data, sizeof v);
+    delta_st_close(f);
+    return v;
+}
+
+static void test_save_load_roundtrip(void) {
+    char a[128], b[128], c[128];
+    path_in_tmp(a, sizeof a, "a.safetensors");
+    path_in_tmp(b, sizeof b, "b.safetensors");
+    path_in_tmp(c, sizeof c, "c.safetensors");
+    TRAIN("--model", "gpt2-tiny", "--steps", "2", "--save", a, "--quiet");
+    CHECK(res.status == 0, "save: status %d: %s", res.status, res.err);
+    TRAIN("--model", "gpt2-tiny", "--steps", "0", "--load", a, "--save", b,
+          "--quiet");
+    CHECK(res.status == 0, "load+save: status %d: %s", res.status, res.err);
+    same_tensors(a, b, NULL);
+    delta_st_file *f = delta_st_open(b, NULL, NULL, 0);
+    const char *step = f ? delta_st_metadata(f, "step") : NULL;
+    const char *fmt = f ? delta_st_metadata(f, "format") : NULL;
+    const char *model = f ? delta_st_metadata(f, "model") : NULL;
+    CHECK(step && !strcmp(step, "2") && fmt && !strcmp(fmt, "delta") &&
+              model && !strcmp(model, "gpt2-tiny"),
+          "metadata step '%s' format '%s' model '%s'", step ? step : "",
+          fmt ? fmt : "", model ? model : "");
+    delta_st_close(f);
+
+    /* A ResNet's checkpoint has torchvision's num_batches_tracked. */
+    TRAIN("--model", "resnet18", "--width", "4", "--image-size", "16",
+          "--channels", "1", "--classes", "10", "--data", "synthetic",
+          "--batch", "4", "--steps", "3", "--save", c, "--quiet");
+    CHECK(res.status == 0, "resnet save: status %d: %s", res.status,
+          res.err);
+    CHECK(i64_tensor(c, "layer1.0.bn1.num_batches_tracked") == 3 &&
+              i64_tensor(c, "bn1.num_batches_tracked") == 3,
+          "num_batches_tracked should be 3 (the steps trained)");
+}
+
+static void test_load_errors(void) {
+    char garbage[128], small[128];
+    path_in_tmp(garbage, sizeof garbage, "garbage.safetensors");
+    FILE *f = fopen(garbage, "wb");
+    if (f) {
+        fputs("\x10\x00\x00\x00\x00\x00\x00\x00{not json at all", f);
+        fclose(f);
+    }
+    FAILS(2, "garbage.safetensors", "--model", "gpt2-tiny", "--steps", "1",
+          "--load", garbage);
+    FAILS(2, "/no/such/checkpoint", "--model", "gpt2-tiny", "--steps", "1",
+          "--load", "/no/such/checkpoint");
+    /* gpt2-tiny with hidden 32 into the default hidden 64: every shape
+     * differs, each named. */
+    FAILS(2, "mismatch: transformer.wte.weight", "--model", "gpt2-tiny",
+          "--steps", "1", "--load",
+          "tests/fixtures/checkpoints/gpt2_torch.safetensors");
+    FAILS(2, "does not fit model gpt2-tiny", "--model", "gpt2-tiny",
+          "--steps", "1", "--load",
+          "tests/fixtures/checkpoints/gpt2_torch.safetensors");
+    /* Another model's checkpoint: its tensors are missing. */
+    FAILS(2, "missing: conv1.weight", "--model", "resnet18", "--width", "4",
+          "--image-size", "28", "--channels", "1", "--classes", "10",
+          "--data", "synthetic", "--steps", "1", "--load",
+          "tests/fixtures/checkpoints/gpt2_torch.safetensors");
+    /* A delta checkpoint that lacks one tensor. */
+    path_in_tmp(small, sizeof small, "mlp.safetensors");
+    TRAIN("--model", "mlp", "--data", "synthetic", "--steps", "1",
+          "--save", small, "--quiet");
+    CHECK(res.status == 0, "mlp save: %d %s", res.status, res.err);
+    delta_st_file *m = delta_st_open(small, NULL, NULL, 0);
+    if (m) {
+        delta_st_entry e[8];
+        int n = 0;
+        for (int i = 0; i < delta_st_count(m) && n < 8; i++) {
+            const delta_st_tensor *t = delta_st_at(m, i);
+            if (!strcmp(t->name, "fc2.bias")) continue;
+            e[n] = (delta_st_entry){.name = t->name, .st_dtype = t->st_dtype,
+                                    .ndim = t->ndim, .data = t->data};
+            memcpy(e[n].shape, t->shape, sizeof e[n].shape);
+            n++;
+        }
+        char cut[128];
+        path_in_tmp(cut, sizeof cut, "mlp_cut.safetensors");
+        CHECK(delta_st_write(cut, e, n, NULL, 0, NULL, 0) == DELTA_OK,
+              "writing %s", cut);
+        delta_st_close(m);
+        FAILS(2, "missing: fc2.bias", "--model", "mlp", "--data",
+              "synthetic", "--steps", "1", "--load", cut);
+    }
+}
+
+static void test_pytorch_checkpoints(void) {
+    const char *rn = "tests/fixtures/checkpoints/resnet18_torch.safetensors";
+    const char *gp = "tests/fixtures/checkpoints/gpt2_torch.safetensors";
+    char out[128];
+    path_in_tmp(out, sizeof out, "from_torch.safetensors");
+    TRAIN("--model", "resnet18", "--width", "4", "--image-size", "28",
+          "--channels", "1", "--classes", "10", "--data", "synthetic",
+          "--steps", "0", "--load", rn, "--save", out);
+    CHECK(res.status == 0, "loading %s: status %d: %s", rn, res.status,
+          res.err);
+    CHECK(!strstr(res.err, "warning"), "unexpected warnings: %.400s",
+          res.err);
+    same_tensors(rn, out, NULL);
+    CHECK(i64_tensor(out, "layer4.1.bn2.num_batches_tracked") == 7,
+          "the step should come from PyTorch's num_batches_tracked (7)");
+
+    TRAIN("--model", "gpt2-tiny", "--hidden", "32", "--steps", "0",
+          "--load", gp, "--save", out);
+    CHECK(res.status == 0, "loading %s: status %d: %s", gp, res.status,
+          res.err);
+    CHECK(!strstr(res.err, "warning"), "the tied lm_head.weight should be "
+          "ignored silently: %.400s", res.err);
+    same_tensors(gp, out, "lm_head.weight");
+
+    /* And training goes on from it. */
+    TRAIN("--model", "gpt2-tiny", "--hidden", "32", "--steps", "2", "--load",
+          gp, "--quiet");
+    CHECK(res.status == 0, "training from %s: status %d: %s", gp,
+          res.status, res.err);
+}
+
+/* ---- training --------------------------------------------------------------- */
+
+static void test_loss_falls_on_fashion_mnist(void) {
+    if (!have_fashion_mnist())
+        TEST_SKIP("Fashion-MNIST is not installed (" DELTA_FASHION_MNIST_DIR
+                  ")");
+    char json[128];
+    path_in_tmp(json, sizeof json, "fmnist.jsonl");
+    TRAIN("--model", "resnet18", "--width", "8", "--batch", "32", "--steps",
+          "30", "--lr", "0.05", "--eval-batches", "4", "--json", json);
+    CHECK(res.status == 0, "status %d: %s", res.status, res.err);
+    CHECK(strstr(res.err, "fashion-mnist train"), "data: %.300s", res.err);
+    CHECK(strstr(res.out, "test accuracy: "), "no test accuracy printed: "
+          "%s", res.out);
+    cJSON *objs[40];
+    int n = read_json_lines(json, objs, 40);
+    CHECK(n == 31, "%d JSON lines", n);
+    if (n != 31) {
+        for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+        return;
+    }
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; i++) {
+        first += num(objs[i], "loss") / 5;
+        last += num(objs[25 + i], "loss") / 5;
+    }
+    CHECK(last < 0.75 * first, "loss fell from %.4f to only %.4f", first,
+          last);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(objs[30], "summary");
+    double acc = num(s, "test_accuracy");
+    CHECK(acc > 0.3 && acc <= 1, "test accuracy %g after 30 steps", acc);
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+}
+
+static void sim_run(const char *model, const char *batch) {
+    char json[128];
+    path_in_tmp(json, sizeof json, "sim.jsonl");
+    TRAIN("--backend", "sim", "--gpu", "a100-80g", "--model", model,
+          "--batch", batch, "--steps", "3", "--json", json);
+    CHECK(res.status == 0, "%s: status %d: %s", model, res.status, res.err);
+    CHECK(res.seconds < 5, "%s on sim took %.1f s of real time", model,
+          res.seconds);
+    CHECK(strstr(res.out, "simulated"), "%s: '%s'", model, res.out);
+    cJSON *objs[8];
+    int n = read_json_lines(json, objs, 8);
+    CHECK(n >= 0, "%s: the JSON log does not parse", model);
+    if (n < 0) return;
+    const cJSON *s = check_log(model, objs, n, 3, true);
+    if (s) {
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(s, "gpu");
+        CHECK(cJSON_IsString(g) && !strcmp(g->valuestring, "a100-80g"),
+              "%s: summary gpu", model);
+        CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s,
+                                                            "final_loss")),
+              "%s: sim final_loss should be null", model);
+        CHECK(num(s, "budget_bytes") == 80.0 * 1024 * 1024 * 1024,
+              "%s: an unlimited budget on sim is the GPU's 80 GiB", model);
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+}
+
+static void test_sim_backend(void) {
+    sim_run("resnet50", "64");
+    sim_run("gpt2-xl", "1");
+}
+
+int main(void) {
+    const char *t = getenv("DELTA_TOOL");
+    if (t && *t) tool = t;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/delta_test_cli_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    if (access(tool, X_OK) != 0) {
+        fprintf(stderr, "%s is not built: run 'make tool' (make test does) "
+                "or set DELTA_TOOL\n", tool);
+        printf("# results: 0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    TEST_RUN(test_help_and_version);
+    TEST_RUN(test_usage_errors);
+    TEST_RUN(test_budget_errors);
+    TEST_RUN(test_json_log);
+    TEST_RUN(test_save_load_roundtrip);
+    TEST_RUN(test_load_errors);
+    TEST_RUN(test_pytorch_checkpoints);
+    TEST_RUN(test_loss_falls_on_fashion_mnist);
+    TEST_RUN(test_sim_backend);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    TEST_MAIN_END();
+}

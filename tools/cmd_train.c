@@ -1,0 +1,355 @@
+/* `delta train`: command-line options to a train_config, then the
+ * trainer's phases (setup, train, evaluate, save, report). Every message
+ * goes to stderr prefixed "delta train: "; results go to stdout. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "delta/delta.h"
+#include "parse.h"
+#include "trainer.h"
+
+/* Largest value of a size override (the models' own cap is 2^30). */
+#define MAX_DIM ((int64_t)1 << 30)
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: delta train --model NAME [options]\n"
+"\n"
+"Trains a model on Fashion-MNIST, a text file or synthetic data, inside a\n"
+"device-memory budget, on the CPU or a simulated GPU.\n"
+"\n"
+"model:\n"
+"  --model NAME         mlp, resnet18/34/50/101/152, gpt2-tiny/small/medium/\n"
+"                       large/xl, bert-tiny/base/large\n"
+"  --image-size N --channels N --classes N --width N      (image models)\n"
+"  --layers N --hidden N --heads N --seq-len N --vocab N  (transformers;\n"
+"                       --hidden is the hidden width of mlp too)\n"
+"  --dropout P          transformers (default 0.1); 0 disables it\n"
+"data:\n"
+"  --data SRC           fashion-mnist, synthetic, a directory of\n"
+"                       Fashion-MNIST idx files (image models) or a text\n"
+"                       file read as bytes (transformers). Default:\n"
+"                       fashion-mnist for image models when installed\n"
+"                       (else synthetic 28x28x1 images), synthetic tokens\n"
+"                       for transformers. Images set the model's image\n"
+"                       size, channels and classes; text sets vocab 256\n"
+"                       (257 for BERT, with its [MASK])\n"
+"  --batch N            samples per step (default 64 images, 8 sequences)\n"
+"  --steps N            training steps (default 100; 0 only loads/saves)\n"
+"  --seed N             initialization, dropout and data order (default 0)\n"
+"  --no-shuffle         visit the data in file order\n"
+"  --eval-batches N     test batches to evaluate after training on\n"
+"                       Fashion-MNIST (default: the whole test set; 0: none)\n"
+"optimizer:\n"
+"  --optimizer NAME     sgd (default for mlp and resnet; momentum 0.9,\n"
+"                       lr 0.05) or adamw (default for transformers; lr\n"
+"                       3e-4, weight decay 0.01)\n"
+"  --lr X --momentum X --weight-decay X\n"
+"                       (--momentum is beta1 for adamw)\n"
+"runtime:\n"
+"  --backend NAME       cpu (default) or sim (a simulated GPU: no data,\n"
+"                       times and memory are simulated); cuda is not built\n"
+"                       yet\n"
+"  --gpu NAME           sim preset (implies --backend sim; default\n"
+"                       v100-16g); --gpu help lists them\n"
+"  --budget B           device memory: unlimited (default; on sim the GPU's\n"
+"                       memory), N%% of the unconstrained peak of the dry\n"
+"                       plan, or a size such as 512MiB, 2GB, 1.5GiB, 1048576\n"
+"  --policy NAME        keep (the only policy built so far)\n"
+"  --link-bw GB/s       cpu: emulated host link, 0 = unthrottled. Default:\n"
+"                       unthrottled with an unlimited budget, else the\n"
+"                       backend's default (1 byte per 1,000 GEMM flops)\n"
+"  --threads N          CPU threads (default: all cores)\n"
+"output:\n"
+"  --save FILE          safetensors checkpoint of the trained model\n"
+"                       (PyTorch names; loads with load_state_dict)\n"
+"  --load FILE          start from a checkpoint (delta's or PyTorch's)\n"
+"  --json FILE          one JSON object per step and a final summary\n"
+"  --quiet              print only the final summary line\n"
+"  -h, --help           this help\n"
+"  --version            the version and the build's features\n"
+"\n"
+"exit status: 0 done, 2 bad usage or input, 3 budget below the minimum,\n"
+"1 any other failure\n");
+}
+
+static void list_gpus(FILE *f) {
+    fprintf(f, "simulated GPUs (--backend sim --gpu NAME):\n");
+    for (const delta_gpu_preset *p = delta_gpu_presets(); p->name; p++) {
+        char mem[32];
+        fprintf(f, "  %-10s %s; %s, %.1f TFLOP/s fp32, %.0f GB/s HBM, "
+                "link %.0f GB/s\n", p->name, p->description,
+                delta_format_bytes(p->memory_bytes, mem, sizeof mem),
+                p->fp32_flops / 1e12, p->hbm_bytes_per_s / 1e9,
+                p->link_bytes_per_s / 1e9);
+    }
+}
+
+enum {
+    OPT_MODEL = 256, OPT_IMAGE_SIZE, OPT_CHANNELS, OPT_CLASSES, OPT_WIDTH,
+    OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_SEQ_LEN, OPT_VOCAB, OPT_DROPOUT,
+    OPT_DATA, OPT_BATCH, OPT_STEPS, OPT_SEED, OPT_LR, OPT_OPTIMIZER,
+    OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE, OPT_THREADS, OPT_SAVE,
+    OPT_LOAD, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_BACKEND, OPT_GPU,
+    OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"image-size", required_argument, NULL, OPT_IMAGE_SIZE},
+    {"channels", required_argument, NULL, OPT_CHANNELS},
+    {"classes", required_argument, NULL, OPT_CLASSES},
+    {"width", required_argument, NULL, OPT_WIDTH},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"dropout", required_argument, NULL, OPT_DROPOUT},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"save", required_argument, NULL, OPT_SAVE},
+    {"load", required_argument, NULL, OPT_LOAD},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"gpu", required_argument, NULL, OPT_GPU},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"policy", required_argument, NULL, OPT_POLICY},
+    {"link-bw", required_argument, NULL, OPT_LINK_BW},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"eval-batches", required_argument, NULL, OPT_EVAL_BATCHES},
+    {NULL, 0, NULL, 0},
+};
+
+/* Policies of the design that the runtime does not have yet. */
+static const char *const later_policies[] = {
+    "swap", "checkpoint", "dtr", "capuchin", "autoswap", "delta", NULL,
+};
+
+/* The long name of option value v, for messages. */
+static const char *opt_name(int v) {
+    for (const struct option *o = long_opts; o->name; o++)
+        if (o->val == v) return o->name;
+    return "?";
+}
+
+static int usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "delta train: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nsee 'delta train --help'\n");
+    va_end(ap);
+    return 2;
+}
+
+/* Parses argv into *c. Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, train_config *c) {
+    char err[512], optbuf[64];
+    int64_t hidden = 0;
+    bool backend_set = false, gpu_set = false;
+    memset(c, 0, sizeof *c);
+    c->lr = c->momentum = c->weight_decay = -1;
+    c->eval_batches = -1;
+    c->steps = 100;
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int prev = optind;
+        int o = getopt_long(argc, argv, "+:h", long_opts, NULL);
+        if (o == -1) break;
+        snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
+        const char *opt = optbuf, *a = optarg;
+        int64_t v = 0;
+        double x = 0;
+        int64_t *field = NULL;
+        switch (o) {
+        case 'h': usage(stdout); return 0;
+        case OPT_VERSION:
+            printf("delta %s (%s)\n", DELTA_VERSION_STRING,
+                   delta_build_features());
+            return 0;
+        case '?':
+            return usage_error("unknown option '%s'",
+                               prev < argc ? argv[prev] : "?");
+        case ':':
+            return usage_error("option '%s' needs a value",
+                               prev < argc ? argv[prev] : "?");
+        case OPT_MODEL: c->model.name = a; break;
+        case OPT_IMAGE_SIZE: field = &c->model.image_size; break;
+        case OPT_CHANNELS: field = &c->model.channels; break;
+        case OPT_CLASSES: field = &c->model.classes; break;
+        case OPT_WIDTH: field = &c->model.width; break;
+        case OPT_LAYERS: field = &c->model.layers; break;
+        case OPT_HIDDEN: field = &hidden; break;
+        case OPT_HEADS: field = &c->model.heads; break;
+        case OPT_SEQ_LEN: field = &c->model.seq_len; break;
+        case OPT_VOCAB: field = &c->model.vocab; break;
+        case OPT_BATCH: field = &c->model.batch; break;
+        case OPT_DROPOUT:
+            if (!parse_f64(opt, a, 0, 0.999999, &x, err, sizeof err))
+                return usage_error("%s", err);
+            c->model.dropout = (float)x;
+            c->dropout_set = true;
+            break;
+        case OPT_DATA: c->data = a; break;
+        case OPT_STEPS:
+            if (!parse_i64(opt, a, 0, 1000000000, &c->steps, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
+        case OPT_SEED:
+            if (!parse_i64(opt, a, 0, INT64_MAX, &v, err, sizeof err))
+                return usage_error("%s", err);
+            c->seed = (uint64_t)v;
+            break;
+        case OPT_LR:
+            if (!parse_f64(opt, a, 0, 100, &c->lr, err, sizeof err) ||
+                c->lr <= 0)
+                return usage_error("%s: expected a learning rate above 0, "
+                                   "got '%s'", opt, a);
+            break;
+        case OPT_OPTIMIZER:
+            if (!strcmp(a, "sgd")) c->optimizer = TRAIN_OPT_SGD;
+            else if (!strcmp(a, "adamw")) c->optimizer = TRAIN_OPT_ADAMW;
+            else return usage_error("unknown optimizer '%s'; the "
+                                    "optimizers are sgd and adamw", a);
+            break;
+        case OPT_MOMENTUM:
+            if (!parse_f64(opt, a, 0, 0.999999, &c->momentum, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
+        case OPT_WEIGHT_DECAY:
+            if (!parse_f64(opt, a, 0, 10, &c->weight_decay, err, sizeof err))
+                return usage_error("%s", err);
+            break;
+        case OPT_NO_SHUFFLE: c->no_shuffle = true; break;
+        case OPT_THREADS:
+            if (!parse_i64(opt, a, 1, 4096, &v, err, sizeof err))
+                return usage_error("%s", err);
+            c->threads = (int)v;
+            break;
+        case OPT_SAVE: c->save = a; break;
+        case OPT_LOAD: c->load = a; break;
+        case OPT_JSON: c->json = a; break;
+        case OPT_QUIET: c->quiet = true; break;
+        case OPT_BACKEND:
+            backend_set = true;
+            if (!strcmp(a, "cpu")) c->backend = TRAIN_BACKEND_CPU;
+            else if (!strcmp(a, "sim")) c->backend = TRAIN_BACKEND_SIM;
+            else if (!strcmp(a, "cuda"))
+                return usage_error("the CUDA backend is not built yet; use "
+                                   "--backend cpu, or --backend sim to "
+                                   "simulate a GPU");
+            else return usage_error("unknown backend '%s'; the backends are "
+                                    "cpu and sim (cuda: not built yet)", a);
+            break;
+        case OPT_GPU:
+            if (!strcmp(a, "help") || !strcmp(a, "list")) {
+                list_gpus(stdout);
+                return 0;
+            }
+            if (!delta_gpu_preset_find(a)) {
+                fprintf(stderr, "delta train: unknown GPU '%s'\n", a);
+                list_gpus(stderr);
+                return 2;
+            }
+            c->gpu = a;
+            gpu_set = true;
+            break;
+        case OPT_BUDGET:
+            if (!parse_budget(opt, a, &c->budget, err, sizeof err))
+                return usage_error("%s", err);
+            break;
+        case OPT_POLICY:
+            if (strcmp(a, "keep")) {
+                for (int i = 0; later_policies[i]; i++)
+                    if (!strcmp(a, later_policies[i]))
+                        return usage_error("policy '%s' is not built yet; "
+                                           "only keep is available (swap "
+                                           "and recompute policies come "
+                                           "with the budgeted runtime)",
+                                           a);
+                return usage_error("unknown policy '%s'; the policies are: "
+                                   "keep (built), swap, checkpoint, dtr, "
+                                   "capuchin, autoswap, delta (not built "
+                                   "yet)", a);
+            }
+            c->policy = a;
+            break;
+        case OPT_LINK_BW:
+            if (!parse_f64(opt, a, 0, 1e6, &c->link_gbps, err, sizeof err))
+                return usage_error("%s", err);
+            c->link_set = true;
+            break;
+        case OPT_TRACE:
+            return usage_error("--trace is not supported yet (Chrome traces "
+                               "come with the budgeted runtime)");
+        case OPT_EVAL_BATCHES:
+            if (!parse_i64(opt, a, 0, INT64_MAX, &c->eval_batches, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
+        default:
+            return usage_error("unexpected option '%s'",
+                               prev < argc ? argv[prev] : "?");
+        }
+        if (field) {
+            int64_t lo = 1;
+            if (!parse_i64(opt, a, lo, MAX_DIM, field, err, sizeof err))
+                return usage_error("%s", err);
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!c->model.name)
+        return usage_error("no model given: use --model NAME (e.g. --model "
+                           "resnet18)");
+    if (gpu_set && backend_set && c->backend != TRAIN_BACKEND_SIM)
+        return usage_error("--gpu picks a simulated GPU; it needs --backend "
+                           "sim");
+    if (gpu_set) c->backend = TRAIN_BACKEND_SIM;
+    if (c->link_set && c->backend == TRAIN_BACKEND_SIM)
+        return usage_error("--link-bw sets the cpu backend's link; a "
+                           "simulated GPU has its preset's link");
+    /* --hidden: mlp's hidden width, or a transformer's. */
+    if (hidden) {
+        if (!strcmp(c->model.name, "mlp")) c->model.mlp_hidden = hidden;
+        else c->model.hidden = hidden;
+    }
+    return -1;
+}
+
+int cmd_train(int argc, char **argv) {
+    train_config c;
+    int rc = parse_args(argc, argv, &c);
+    if (rc >= 0) return rc;
+    trainer t;
+    delta_status st = trainer_setup(&t, &c);
+    if (st == DELTA_OK) st = trainer_train(&t);
+    if (st == DELTA_OK) st = trainer_evaluate(&t);
+    if (st == DELTA_OK) st = trainer_save(&t);
+    if (st == DELTA_OK) st = trainer_report(&t);
+    if (st != DELTA_OK) fprintf(stderr, "delta train: %s\n", t.err);
+    trainer_free(&t);
+    return trainer_exit_code(st);
+}

@@ -1,0 +1,726 @@
+/* The trainer (see trainer.h): data, model, program, plan, backend and
+ * session, then the training loop, evaluation, checkpoint and report.
+ *
+ * Shapes: image batches are (N, C, H, W) F32 with labels (N) I32; token
+ * batches are (B, T) I32 with targets (B, T) and, for BERT, an attention
+ * mask (B, T) F32. The loader's buffers hold exactly one batch and are
+ * copied into the session's input tensors each step. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+#include "delta/cpu.h"
+#include "progress.h"
+
+/* Defaults (documented in cmd_train.c's help). */
+#define DEFAULT_BATCH_IMAGES 64
+#define DEFAULT_BATCH_TOKENS 8
+#define DEFAULT_SGD_LR 0.05
+#define DEFAULT_SGD_MOMENTUM 0.9
+#define DEFAULT_SGD_WEIGHT_DECAY 0.0
+#define DEFAULT_ADAMW_LR 3e-4
+#define DEFAULT_ADAMW_WEIGHT_DECAY 0.01
+#define DEFAULT_GPU "v100-16g"
+/* Samples of a synthetic training set: any number costs nothing (samples
+ * are computed when drawn); this many keeps the loader's shuffle order
+ * small while no run of the tool comes near an epoch's end. */
+#define SYNTH_LEN ((int64_t)1 << 20)
+
+static delta_status fail(trainer *t, delta_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static delta_status fail(trainer *t, delta_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void info(trainer *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void info(trainer *t, const char *fmt, ...) {
+    if (!t->info) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(t->info, fmt, ap);
+    va_end(ap);
+    fputc('\n', t->info);
+    fflush(t->info);
+}
+
+int trainer_exit_code(delta_status st) {
+    switch (st) {
+    case DELTA_OK: return 0;
+    case DELTA_ERR_BUDGET: return 3;
+    case DELTA_ERR_INVALID_ARG:
+    case DELTA_ERR_SHAPE:
+    case DELTA_ERR_IO:
+    case DELTA_ERR_FORMAT:
+    case DELTA_ERR_UNSUPPORTED: return 2;
+    default: return 1;
+    }
+}
+
+/* ---- data ------------------------------------------------------------------ */
+
+/* Synthetic samples at the (resolved) model's shapes; none on sim. */
+static delta_status open_synthetic(trainer *t, const delta_model_config *r,
+                                   delta_data_kind kind) {
+    t->synthetic = true;
+    if (t->sim) return DELTA_OK;
+    delta_synth_opts o = {
+        .kind = kind,
+        .len = SYNTH_LEN > t->cfg.model.batch ? SYNTH_LEN : t->cfg.model.batch,
+        .seed = t->cfg.seed,
+        .channels = r->channels,
+        .height = r->image_size,
+        .width = r->image_size,
+        .classes = r->classes,
+        .seq_len = r->seq_len,
+        .vocab = r->vocab,
+    };
+    delta_status st;
+    char sub[512];
+    t->data = delta_dataset_synthetic_new(&o, &st, sub, sizeof sub);
+    if (!t->data) return fail(t, st, "synthetic data: %s", sub);
+    return DELTA_OK;
+}
+
+/* An override must equal what the data holds; 0 takes the data's value. */
+static delta_status fit_field(trainer *t, const char *opt, int64_t *v,
+                              int64_t data, const char *what) {
+    if (*v && *v != data)
+        return fail(t, DELTA_ERR_INVALID_ARG, "%s %" PRId64 " does not match "
+                    "the data, whose %s is %" PRId64 "; leave %s out or give "
+                    "%" PRId64, opt, *v, what, data, opt, data);
+    *v = data;
+    return DELTA_OK;
+}
+
+static delta_status setup_image_data(trainer *t) {
+    train_config *c = &t->cfg;
+    delta_model_config *mc = &c->model;
+    const char *d = c->data;
+    const char *dir = NULL;
+    bool explicit_fmnist = d && strcmp(d, "synthetic") != 0;
+    if (d && strcmp(d, "fashion-mnist") && strcmp(d, "synthetic")) {
+        struct stat sb;
+        if (stat(d, &sb) != 0)
+            return fail(t, DELTA_ERR_IO, "--data %s: %s", d, strerror(errno));
+        if (!S_ISDIR(sb.st_mode))
+            return fail(t, DELTA_ERR_INVALID_ARG, "model %s takes images: "
+                        "--data expects fashion-mnist, synthetic or a "
+                        "directory of Fashion-MNIST idx files, and %s is a "
+                        "file (text files train the transformers, e.g. "
+                        "gpt2-tiny)", mc->name, d);
+        dir = d;
+    }
+    /* On sim with no --data the model keeps its own shapes. */
+    if ((!d && !t->sim) || explicit_fmnist) {
+        delta_status st;
+        char sub[512];
+        delta_dataset *ds = delta_dataset_fashion_mnist_new(
+            dir, DELTA_SPLIT_TRAIN, &st, sub, sizeof sub);
+        if (!ds && d) return fail(t, st, "%s", sub);
+        if (!ds) {
+            info(t, "Fashion-MNIST is not available (%s); training on "
+                 "synthetic 28x28 images instead (Debian package "
+                 "dataset-fashion-mnist)", sub);
+            if (!mc->image_size) mc->image_size = 28;
+            if (!mc->channels) mc->channels = 1;
+            if (!mc->classes) mc->classes = DELTA_FASHION_MNIST_CLASSES;
+        } else {
+            delta_data_info in = delta_dataset_info(ds);
+            t->data = ds;
+            t->fmnist_dir = dir ? dir : DELTA_FASHION_MNIST_DIR;
+            if (in.height != in.width)
+                return fail(t, DELTA_ERR_FORMAT, "%s: images of %" PRId64
+                            "x%" PRId64 "; the models take square images",
+                            delta_dataset_name(ds), in.height, in.width);
+            delta_status s2 = fit_field(t, "--image-size", &mc->image_size,
+                                        in.height, "image size");
+            if (s2 == DELTA_OK)
+                s2 = fit_field(t, "--channels", &mc->channels, in.channels,
+                               "channel count");
+            if (s2 != DELTA_OK) return s2;
+            if (mc->classes && mc->classes < in.classes)
+                return fail(t, DELTA_ERR_INVALID_ARG, "--classes %" PRId64
+                            " is fewer than the %" PRId64 " classes of the "
+                            "data", mc->classes, in.classes);
+            if (!mc->classes) mc->classes = in.classes;
+            if (t->sim) {
+                /* Only the shapes are wanted: sim computes nothing. */
+                delta_dataset_free(t->data);
+                t->data = NULL;
+            }
+            return DELTA_OK;
+        }
+    }
+    delta_model_config r;
+    char sub[512];
+    delta_status st = delta_model_resolve(mc, &r, sub, sizeof sub);
+    if (st != DELTA_OK) return fail(t, st, "%s", sub);
+    return open_synthetic(t, &r, DELTA_DATA_IMAGES);
+}
+
+static delta_status setup_token_data(trainer *t, bool masked) {
+    train_config *c = &t->cfg;
+    delta_model_config *mc = &c->model;
+    const char *d = c->data;
+    delta_data_kind kind = masked ? DELTA_DATA_MASKED_LM
+                                  : DELTA_DATA_CAUSAL_LM;
+    if (d && !strcmp(d, "fashion-mnist"))
+        return fail(t, DELTA_ERR_INVALID_ARG, "model %s is a language model "
+                    "and fashion-mnist holds images; use --data synthetic or "
+                    "--data FILE (any file, read as bytes)", mc->name);
+    delta_model_config r;
+    char sub[512];
+    delta_status st = delta_model_resolve(mc, &r, sub, sizeof sub);
+    if (st != DELTA_OK) return fail(t, st, "%s", sub);
+    if (!d || !strcmp(d, "synthetic")) return open_synthetic(t, &r, kind);
+
+    /* A text file: byte tokens; the model takes the data's vocab (256, or
+     * 257 with BERT's [MASK]) unless --vocab asks for more. */
+    delta_text_opts o = {.kind = kind, .seq_len = r.seq_len,
+                         .vocab = mc->vocab};
+    t->data = delta_dataset_text_new(d, &o, &st, sub, sizeof sub);
+    if (!t->data) return fail(t, st, "%s", sub);
+    delta_data_info in = delta_dataset_info(t->data);
+    mc->vocab = in.vocab;
+    mc->seq_len = in.seq_len;
+    if (t->sim) {
+        delta_dataset_free(t->data);
+        t->data = NULL;
+    }
+    return DELTA_OK;
+}
+
+/* ---- setup ----------------------------------------------------------------- */
+
+/* Writes the model's constants (positions, token types) into the session
+ * through host buffers: delta_model_fill_constants asks for a tensor's
+ * data, the buffers are then copied in. */
+typedef struct const_buf {
+    const delta_tensor *t[4];
+    void *data[4];
+    int n;
+    bool nomem;
+} const_buf;
+
+static void *const_data_of(void *ud, const delta_tensor *t) {
+    const_buf *cb = ud;
+    for (int i = 0; i < cb->n; i++)
+        if (cb->t[i] == t) return cb->data[i];
+    DELTA_ASSERT(cb->n < 4);
+    size_t bytes = delta_tensor_bytes(t);
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        /* Written into a scratch that is thrown away; reported below. */
+        static int64_t scratch[1024];
+        cb->nomem = true;
+        DELTA_ASSERT(bytes <= sizeof scratch);
+        return scratch;
+    }
+    cb->t[cb->n] = t;
+    cb->data[cb->n++] = p;
+    return p;
+}
+
+static delta_status write_constants(trainer *t) {
+    const_buf cb = {0};
+    delta_model_fill_constants(&t->model, const_data_of, &cb);
+    delta_status st = cb.nomem ? DELTA_ERR_NOMEM : DELTA_OK;
+    if (st != DELTA_OK) fail(t, st, "out of memory filling the constants");
+    for (int i = 0; i < cb.n; i++) {
+        if (st == DELTA_OK) {
+            st = delta_session_write(t->session, cb.t[i], cb.data[i],
+                                     delta_tensor_bytes(cb.t[i]));
+            if (st != DELTA_OK)
+                fail(t, st, "writing '%s': %s", delta_tensor_name(cb.t[i]),
+                     delta_session_error(t->session));
+        }
+        free(cb.data[i]);
+    }
+    return st;
+}
+
+/* Whether the run ends with a test-set evaluation. */
+static bool will_evaluate(const trainer *t) {
+    return t->image && t->fmnist_dir && !t->sim && t->cfg.eval_batches != 0;
+}
+
+static delta_status build_program(trainer *t) {
+    train_config *c = &t->cfg;
+    t->ctx = delta_ctx_new();
+    if (!t->ctx) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    delta_ctx_set_seed(t->ctx, c->seed);
+    delta_status st = delta_model_build(t->ctx, &c->model, &t->model);
+    if (st != DELTA_OK) return fail(t, st, "%s", t->model.error);
+    t->n_model_tensors = delta_ctx_n_tensors(t->ctx);
+    st = delta_backward(t->ctx, t->model.loss);
+    if (st == DELTA_OK) {
+        bool sgd = c->optimizer == TRAIN_OPT_SGD;
+        t->optimizer_name = sgd ? "sgd" : "adamw";
+        if (sgd) {
+            t->lr = c->lr >= 0 ? c->lr : DEFAULT_SGD_LR;
+            st = delta_optimizer_sgd(t->ctx, (delta_sgd_opts){
+                .lr = (float)t->lr,
+                .momentum = (float)(c->momentum >= 0 ? c->momentum
+                                                     : DEFAULT_SGD_MOMENTUM),
+                .weight_decay = (float)(c->weight_decay >= 0
+                                            ? c->weight_decay
+                                            : DEFAULT_SGD_WEIGHT_DECAY)});
+        } else {
+            t->lr = c->lr >= 0 ? c->lr : DEFAULT_ADAMW_LR;
+            st = delta_optimizer_adamw(t->ctx, (delta_adamw_opts){
+                .lr = (float)t->lr,
+                .beta1 = (float)(c->momentum >= 0 ? c->momentum : 0.9),
+                .beta2 = 0.999f,
+                .eps = 1e-8f,
+                .weight_decay = (float)(c->weight_decay >= 0
+                                            ? c->weight_decay
+                                            : DEFAULT_ADAMW_WEIGHT_DECAY)});
+        }
+    }
+    if (st != DELTA_OK)
+        return fail(t, st, "building the step of %s: %s", c->model.name,
+                    delta_ctx_error(t->ctx));
+    char sub[512];
+    st = delta_dry_plan_build(t->ctx, &t->plan, sub, sizeof sub);
+    if (st != DELTA_OK) return fail(t, st, "planning the step: %s", sub);
+    return DELTA_OK;
+}
+
+static delta_status setup_backend(trainer *t) {
+    train_config *c = &t->cfg;
+    char sub[512], b1[32], b2[32], b3[32];
+    const delta_gpu_preset *gpu = NULL;
+    if (t->sim) {
+        gpu = delta_gpu_preset_find(c->gpu);
+        if (!gpu) return fail(t, DELTA_ERR_INVALID_ARG, "unknown GPU '%s'; "
+                              "see --gpu help", c->gpu);
+    }
+    switch (c->budget.kind) {
+    case BUDGET_UNLIMITED:
+        /* A simulated GPU's memory is its limit. */
+        t->budget_bytes = gpu ? (size_t)gpu->memory_bytes : 0;
+        break;
+    case BUDGET_PERCENT:
+        t->budget_bytes = (size_t)ceil((double)t->plan.peak_bytes *
+                                       c->budget.percent / 100.0);
+        break;
+    case BUDGET_BYTES: t->budget_bytes = c->budget.bytes; break;
+    }
+    if (t->sim) {
+        delta_sim_backend_opts o = {.gpu = gpu->name};
+        t->backend = delta_backend_sim_new(&o, sub, sizeof sub);
+        if (!t->backend)
+            return fail(t, DELTA_ERR_INVALID_ARG, "sim backend: %s", sub);
+        info(t, "backend: sim %s (%s)", gpu->name, gpu->description);
+    } else {
+        /* Unthrottled when nothing can be swapped (no budget); with a
+         * budget the backend's default link (see delta/backend.h). */
+        double link = c->link_set ? c->link_gbps
+                                  : t->budget_bytes ? -1.0 : 0.0;
+        delta_cpu_backend_opts o = {.link_gbps = link, .link_latency_s = -1};
+        t->backend = delta_backend_cpu_new(&o, sub, sizeof sub);
+        if (!t->backend) return fail(t, DELTA_ERR_STATE, "cpu backend: %s",
+                                     sub);
+        double bps = delta_backend_link_bps(t->backend);
+        if (bps > 0)
+            info(t, "backend: cpu, %d threads, link %.1f GB/s",
+                 delta_cpu_threads(), bps / 1e9);
+        else
+            info(t, "backend: cpu, %d threads, link unthrottled",
+                 delta_cpu_threads());
+    }
+    if (t->budget_bytes)
+        info(t, "budget: %s%s; dry plan: peak %s, minimum %s (op %d %s %s)",
+             delta_format_bytes((double)t->budget_bytes, b1, sizeof b1),
+             c->budget.kind == BUDGET_UNLIMITED ? " (the GPU's memory)" : "",
+             delta_format_bytes((double)t->plan.peak_bytes, b2, sizeof b2),
+             delta_format_bytes((double)t->plan.min_budget_bytes, b3,
+                                sizeof b3),
+             t->plan.min_budget_op, t->plan.min_budget_op_type,
+             t->plan.min_budget_op_name);
+    else
+        info(t, "budget: unlimited; dry plan: peak %s",
+             delta_format_bytes((double)t->plan.peak_bytes, b1, sizeof b1));
+
+    delta_tensor *outputs[1] = {t->model.logits};
+    delta_session_opts so = {
+        .backend = t->backend,
+        .budget_bytes = t->budget_bytes,
+        .policy = c->policy,
+        .outputs = outputs,
+        .n_outputs = will_evaluate(t) ? 1 : 0,
+    };
+    delta_status st;
+    t->session = delta_session_new(t->ctx, &so, &st, sub, sizeof sub);
+    if (!t->session) {
+        if (st == DELTA_OK) st = DELTA_ERR_STATE;
+        return fail(t, st, "%s", sub);
+    }
+    return DELTA_OK;
+}
+
+delta_status trainer_setup(trainer *t, const train_config *cfg) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg;
+    train_config *c = &t->cfg;
+    t->info = c->quiet ? NULL : stderr;
+    t->sim = c->backend == TRAIN_BACKEND_SIM;
+    t->result.final_loss = NAN;
+    if (!c->gpu) c->gpu = DEFAULT_GPU;
+    if (!c->policy) c->policy = "keep";
+    if (c->threads > 0) delta_cpu_set_threads(c->threads);
+    if (t->sim && c->save)
+        return fail(t, DELTA_ERR_INVALID_ARG, "--save: the sim backend "
+                    "computes no values, so there is nothing to save");
+
+    /* The family decides the data: image_size is set for classifiers. */
+    delta_model_config probe = {.name = c->model.name, .batch = 1}, pr;
+    char sub[512];
+    delta_status st = delta_model_resolve(&probe, &pr, sub, sizeof sub);
+    if (st != DELTA_OK) return fail(t, st, "%s", sub);
+    c->model.name = pr.name;
+    t->image = pr.image_size > 0;
+    /* BERT is the one masked language model. */
+    bool masked = !t->image && strncmp(pr.name, "bert", 4) == 0;
+    if (!c->model.batch)
+        c->model.batch = t->image ? DEFAULT_BATCH_IMAGES
+                                  : DEFAULT_BATCH_TOKENS;
+    if (!c->dropout_set)
+        c->model.dropout = t->image ? 0.0f : DELTA_MODEL_DROPOUT_DEFAULT;
+    if (c->optimizer == TRAIN_OPT_DEFAULT)
+        c->optimizer = t->image ? TRAIN_OPT_SGD : TRAIN_OPT_ADAMW;
+
+    st = t->image ? setup_image_data(t) : setup_token_data(t, masked);
+    if (st != DELTA_OK) return st;
+    if (t->data)
+        info(t, "data: %s", delta_dataset_name(t->data));
+    else
+        info(t, "data: none (simulated)");
+
+    st = build_program(t);
+    if (st != DELTA_OK) return st;
+    const delta_model_config *m = &t->model.cfg;
+    if (t->image)
+        info(t, "model: %s, %.2fM parameters, batch %" PRId64 ", %" PRId64
+             "x%" PRId64 "x%" PRId64 " images, %" PRId64 " classes; %s lr %g",
+             m->name, (double)t->model.n_params / 1e6, m->batch, m->channels,
+             m->image_size, m->image_size, m->classes, t->optimizer_name,
+             t->lr);
+    else
+        info(t, "model: %s, %.2fM parameters, batch %" PRId64 " x %" PRId64
+             " tokens, vocab %" PRId64 ", dropout %g; %s lr %g", m->name,
+             (double)t->model.n_params / 1e6, m->batch, m->seq_len, m->vocab,
+             (double)m->dropout, t->optimizer_name, t->lr);
+
+    if (c->json) {
+        t->json = json_log_open(c->json, sub, sizeof sub);
+        if (!t->json) return fail(t, DELTA_ERR_IO, "%s", sub);
+    }
+    st = setup_backend(t);
+    if (st != DELTA_OK) return st;
+    st = write_constants(t);
+    if (st != DELTA_OK) return st;
+    if (c->load) {
+        st = checkpoint_load(c->load, t->session, t->ctx, t->n_model_tensors,
+                             &t->model, &t->start_step, stderr, t->err,
+                             sizeof t->err);
+        if (st != DELTA_OK) return st;
+        info(t, "loaded %s (%" PRId64 " steps trained)", c->load,
+             t->start_step);
+    }
+    if (t->data && !t->sim) {
+        t->loader = delta_loader_new(t->data, m->batch, c->seed,
+                                     !c->no_shuffle, true, &st, sub,
+                                     sizeof sub);
+        if (!t->loader) return fail(t, st, "%s", sub);
+        if (delta_batch_alloc(&t->batch, t->data, m->batch) != DELTA_OK)
+            return fail(t, DELTA_ERR_NOMEM, "out of memory for a batch");
+        delta_data_info in = delta_dataset_info(t->data);
+        DELTA_ASSERT(delta_tensor_bytes(t->model.input) ==
+                     (size_t)(m->batch * in.input_numel) * 4);
+        DELTA_ASSERT(delta_tensor_bytes(t->model.target) ==
+                     (size_t)(m->batch * in.target_numel) * 4);
+    }
+    return DELTA_OK;
+}
+
+/* ---- training -------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int64_t n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Copies the loader's batch into the session's inputs. */
+static delta_status write_batch(trainer *t) {
+    const delta_model *m = &t->model;
+    delta_status st = delta_session_write(t->session, m->input,
+                                          t->batch.input,
+                                          delta_tensor_bytes(m->input));
+    if (st == DELTA_OK)
+        st = delta_session_write(t->session, m->target, t->batch.target,
+                                 delta_tensor_bytes(m->target));
+    if (st == DELTA_OK && m->mask)
+        st = delta_session_write(t->session, m->mask, t->batch.mask,
+                                 delta_tensor_bytes(m->mask));
+    if (st != DELTA_OK)
+        return fail(t, st, "writing a batch: %s",
+                    delta_session_error(t->session));
+    return DELTA_OK;
+}
+
+delta_status trainer_train(trainer *t) {
+    const train_config *c = &t->cfg;
+    const delta_model_config *m = &t->model.cfg;
+    int64_t steps = c->steps;
+    double *times = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *times);
+    if (!times) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    double units = t->image ? (double)m->batch
+                            : (double)(m->batch * m->seq_len);
+    progress p;
+    progress_init(&p, progress_pick_mode(stderr, c->quiet), stderr, steps,
+                  t->image ? "samples" : "tokens", units, t->sim);
+    train_result *r = &t->result;
+    delta_status st = DELTA_OK;
+    double t0 = progress_now();
+    for (int64_t i = 0; i < steps; i++) {
+        if (t->loader) {
+            delta_loader_next(t->loader, &t->batch);
+            st = write_batch(t);
+            if (st != DELTA_OK) break;
+        }
+        delta_step_stats s = {0};
+        st = delta_session_run(t->session, DELTA_RUN_STEP, &s);
+        if (st != DELTA_OK) {
+            fail(t, st, "step %" PRId64 ": %s", i + 1,
+                 delta_session_error(t->session));
+            break;
+        }
+        double loss = NAN;
+        if (!t->sim) {
+            float l = 0;
+            st = delta_session_read(t->session, t->model.loss, &l, sizeof l);
+            if (st != DELTA_OK) {
+                fail(t, st, "reading the loss: %s",
+                     delta_session_error(t->session));
+                break;
+            }
+            loss = l;
+        }
+        times[i] = s.step_s;
+        r->steps_done = i + 1;
+        r->final_loss = loss;
+        if (s.peak_device_bytes > r->peak_device_bytes)
+            r->peak_device_bytes = s.peak_device_bytes;
+        progress_step(&p, i + 1, loss, s.step_s, s.peak_device_bytes);
+        json_log_step(t->json, i + 1, loss, &s);
+        if (!t->sim && !isfinite(loss)) {
+            st = fail(t, DELTA_ERR_STATE, "the loss is %g at step %" PRId64
+                      ": training diverged; try a lower --lr (now %g)", loss,
+                      i + 1, t->lr);
+            break;
+        }
+    }
+    progress_finish(&p);
+    r->train_s = progress_now() - t0;
+    r->median_step_s = median(times, r->steps_done);
+    r->units_per_s = r->median_step_s > 0 ? units / r->median_step_s : 0;
+    free(times);
+    return st;
+}
+
+/* ---- evaluation ------------------------------------------------------------ */
+
+delta_status trainer_evaluate(trainer *t) {
+    if (!will_evaluate(t)) return DELTA_OK;
+    const delta_model_config *m = &t->model.cfg;
+    delta_status st;
+    char sub[512];
+    delta_dataset *test = delta_dataset_fashion_mnist_new(
+        t->fmnist_dir, DELTA_SPLIT_TEST, &st, sub, sizeof sub);
+    if (!test) return fail(t, st, "%s", sub);
+    /* The last batch may be partial: its remaining rows keep the previous
+     * batch's samples (eval mode treats rows independently) and are not
+     * counted. */
+    delta_loader *l = delta_loader_new(test, m->batch, t->cfg.seed, false,
+                                       false, &st, sub, sizeof sub);
+    int64_t classes = m->classes;
+    float *logits = malloc((size_t)(m->batch * classes) * sizeof *logits);
+    if (!l || !logits) {
+        if (l) st = fail(t, DELTA_ERR_NOMEM, "out of memory");
+        else fail(t, st, "%s", sub);
+        goto done;
+    }
+    int64_t nb = delta_loader_batches_per_epoch(l);
+    if (t->cfg.eval_batches > 0 && t->cfg.eval_batches < nb)
+        nb = t->cfg.eval_batches;
+    int64_t correct = 0, seen = 0;
+    double loss_sum = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        delta_loader_next(l, &t->batch);
+        st = write_batch(t);
+        if (st != DELTA_OK) goto done;
+        st = delta_session_run(t->session, DELTA_RUN_EVAL, NULL);
+        if (st == DELTA_OK)
+            st = delta_session_read(t->session, t->model.logits, logits,
+                                    delta_tensor_bytes(t->model.logits));
+        if (st != DELTA_OK) {
+            fail(t, st, "evaluating: %s", delta_session_error(t->session));
+            goto done;
+        }
+        for (int64_t i = 0; i < t->batch.size; i++) {
+            const float *row = logits + i * classes;
+            int64_t best = 0;
+            double mx = row[0];
+            for (int64_t k = 1; k < classes; k++)
+                if (row[k] > row[best]) best = k, mx = row[k];
+            double se = 0;
+            for (int64_t k = 0; k < classes; k++) se += exp(row[k] - mx);
+            int32_t y = t->batch.target[i];
+            loss_sum += mx + log(se) - row[y];
+            correct += best == y;
+            seen++;
+        }
+    }
+    t->result.evaluated = true;
+    t->result.test_samples = seen;
+    t->result.test_accuracy = seen ? (double)correct / (double)seen : 0;
+    t->result.test_loss = seen ? loss_sum / (double)seen : NAN;
+    st = DELTA_OK;
+done:
+    free(logits);
+    delta_loader_free(l);
+    delta_dataset_free(test);
+    return st;
+}
+
+/* ---- save and report ------------------------------------------------------- */
+
+delta_status trainer_save(trainer *t) {
+    if (!t->cfg.save) return DELTA_OK;
+    int64_t step = t->start_step + t->result.steps_done;
+    delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
+                                      t->n_model_tensors, &t->model, step,
+                                      t->err, sizeof t->err);
+    if (st == DELTA_OK) info(t, "saved %s", t->cfg.save);
+    return st;
+}
+
+delta_status trainer_report(trainer *t) {
+    const train_config *c = &t->cfg;
+    const train_result *r = &t->result;
+    const delta_model_config *m = &t->model.cfg;
+    char peak[32], budget[32], line[512];
+    delta_format_bytes((double)r->peak_device_bytes, peak, sizeof peak);
+    if (t->budget_bytes)
+        delta_format_bytes((double)t->budget_bytes, budget, sizeof budget);
+    else
+        snprintf(budget, sizeof budget, "unlimited");
+    const char *unit = t->image ? "samples/s" : "tokens/s";
+    int n;
+    if (r->steps_done == 0)
+        n = snprintf(line, sizeof line, "%s: 0 steps of batch %" PRId64
+                     ", nothing trained", m->name, m->batch);
+    else if (t->sim)
+        n = snprintf(line, sizeof line, "%s on simulated %s: %" PRId64
+                     " steps of batch %" PRId64 ", median step %.4g s "
+                     "(simulated), %.0f %s, peak device memory %s of %s",
+                     m->name, c->gpu, r->steps_done, m->batch,
+                     r->median_step_s, r->units_per_s, unit, peak, budget);
+    else
+        n = snprintf(line, sizeof line, "%s: %" PRId64 " steps of batch %"
+                     PRId64 " in %.1f s, final loss %.4f, %.0f %s, peak "
+                     "device memory %s (budget %s)", m->name, r->steps_done,
+                     m->batch, r->train_s, r->final_loss, r->units_per_s,
+                     unit, peak, budget);
+    if (c->quiet && r->evaluated && n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n, ", test accuracy %.4f",
+                 r->test_accuracy);
+    printf("%s\n", line);
+    if (r->evaluated && !c->quiet)
+        printf("test accuracy: %.4f (%" PRId64 " test images, loss %.4f)\n",
+               r->test_accuracy, r->test_samples, r->test_loss);
+    fflush(stdout);
+
+    if (!t->json) return DELTA_OK;
+    cJSON *top = cJSON_CreateObject();
+    cJSON *s = cJSON_AddObjectToObject(top, "summary");
+    if (!s) {
+        cJSON_Delete(top);
+        return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    }
+    cJSON_AddStringToObject(s, "model", m->name);
+    cJSON_AddNumberToObject(s, "batch", (double)m->batch);
+    cJSON_AddNumberToObject(s, "steps", (double)r->steps_done);
+    cJSON_AddStringToObject(s, "backend", t->sim ? "sim" : "cpu");
+    if (t->sim) cJSON_AddStringToObject(s, "gpu", c->gpu);
+    else cJSON_AddNullToObject(s, "gpu");
+    cJSON_AddBoolToObject(s, "simulated", t->sim);
+    cJSON_AddStringToObject(s, "policy", c->policy);
+    if (t->budget_bytes)
+        cJSON_AddNumberToObject(s, "budget_bytes", (double)t->budget_bytes);
+    else
+        cJSON_AddNullToObject(s, "budget_bytes");
+    cJSON_AddNumberToObject(s, "peak_device_bytes",
+                            (double)r->peak_device_bytes);
+    cJSON_AddNumberToObject(s, "baseline_peak_bytes",
+                            (double)t->plan.peak_bytes);
+    cJSON_AddNumberToObject(s, "min_budget_bytes",
+                            (double)t->plan.min_budget_bytes);
+    cJSON_AddNumberToObject(s, "median_step_s", r->median_step_s);
+    json_add_number_or_null(s, "final_loss", r->final_loss);
+    cJSON_AddNumberToObject(s, t->image ? "samples_per_s" : "tokens_per_s",
+                            r->units_per_s);
+    if (r->evaluated) {
+        cJSON_AddNumberToObject(s, "test_accuracy", r->test_accuracy);
+        json_add_number_or_null(s, "test_loss", r->test_loss);
+        cJSON_AddNumberToObject(s, "test_samples", (double)r->test_samples);
+    }
+    cJSON_AddStringToObject(s, "data", t->data ? delta_dataset_name(t->data)
+                                               : "none");
+    cJSON_AddStringToObject(s, "optimizer", t->optimizer_name);
+    cJSON_AddNumberToObject(s, "lr", t->lr);
+    cJSON_AddNumberToObject(s, "seed", (double)c->seed);
+    cJSON_AddNumberToObject(s, "params", (double)t->model.n_params);
+    bool ok = json_log_write(t->json, top);
+    cJSON_Delete(top);
+    char sub[512];
+    ok = json_log_close(t->json, sub, sizeof sub) && ok;
+    t->json = NULL;
+    if (!ok) return fail(t, DELTA_ERR_IO, "%s", sub);
+    return DELTA_OK;
+}
+
+void trainer_free(trainer *t) {
+    if (!t) return;
+    if (t->json) {
+        char sub[512];
+        json_log_close(t->json, sub, sizeof sub);
+        t->json = NULL;
+    }
+    delta_session_free(t->session);
+    delta_backend_free(t->backend);
+    delta_batch_release(&t->batch);
+    delta_loader_free(t->loader);
+    delta_dataset_free(t->data);
+    delta_ctx_free(t->ctx);
+    memset(t, 0, sizeof *t);
+}
