@@ -25,35 +25,19 @@
  * taps of each dx element in order), so results do not depend on the
  * thread count. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/parallel.h"
 #include "delta/cpu.h"
 
 #include <string.h>
 
-/* Loops touching fewer elements than this run on the calling thread alone:
- * waking the team costs more (results are the same either way). */
-#define PAR_MIN 32768
-
 /* Whether a helper loop touching `work` elements runs on the OpenMP team.
- * Not while the GEMMs go to OpenBLAS's own thread pool: the team woken
+ * Not while the GEMMs go to OpenBLAS's own pthread pool: the team woken
  * between two GEMMs keeps spinning through the next one and competes with
  * OpenBLAS's threads for the cores (measured: conv 2x slower on 2 cores
  * with the default OMP_WAIT_POLICY). The helpers are ~10% of the work. */
 static inline bool par_ok(int64_t work) {
     return work >= PAR_MIN && !delta_gemm_contends();
 }
-
-#ifdef _OPENMP
-#define K_PRAGMA(x) _Pragma(#x)
-/* A static-schedule parallel loop over independent outputs on the CPU
- * backend's thread count, when cond holds (else on the calling thread). */
-#define PAR_FOR(cond)                                                      \
-    K_PRAGMA(omp parallel for schedule(static)                             \
-                 num_threads(delta_cpu_threads()) if (cond))
-#define SIMD K_PRAGMA(omp simd)
-#else
-#define PAR_FOR(cond)
-#define SIMD
-#endif
 
 typedef struct conv_plan {
     delta_conv_geom g;
