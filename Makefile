@@ -144,9 +144,12 @@ test-tsan: deps-check
 	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
 	  tests/run.sh $(TSAN_TESTS:%=build/san-thread/tests/%)
 
+# The main job: a small ResNet-18 (base width 16) learns Fashion-MNIST in
+# about a minute on 2 cores, then reports its test accuracy (synthetic data,
+# and no accuracy, when the dataset cannot be installed).
 run: deps-check
 	@$(MAKE) --no-print-directory tool
-	$(BUILD)/delta --help
+	$(BUILD)/delta train --model resnet18 --width 16 --batch 128 --steps 1400 --lr 0.05
 
 bench-kernels:
 	@scripts/deps.sh bench

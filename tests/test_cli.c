@@ -199,6 +199,8 @@ static void test_usage_errors(void) {
           "--data", "synthetic", "--steps", "1");
     FAILS(2, "--save", "--model", "gpt2-tiny", "--backend", "sim",
           "--save", "x.safetensors");
+    FAILS(2, "cannot write into", "--model", "gpt2-tiny", "--steps", "1",
+          "--save", "/no/such/dir/x.safetensors");
     char json[128];
     snprintf(json, sizeof json, "%s/no/such/dir/log.json", tmpdir);
     FAILS(2, "JSON log", "--model", "gpt2-tiny", "--steps", "1", "--json",
@@ -435,6 +437,27 @@ static void test_load_errors(void) {
           "--image-size", "28", "--channels", "1", "--classes", "10",
           "--data", "synthetic", "--steps", "1", "--load",
           "tests/fixtures/checkpoints/gpt2_torch.safetensors");
+    /* Malformed data: idx files with a wrong magic, an empty text. */
+    char dir[128], file[160];
+    path_in_tmp(dir, sizeof dir, "badidx");
+    mkdir(dir, 0755);
+    const char *names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+        FILE *g = fopen(file, "wb");
+        if (g) {
+            fputs("\x12\x34\x56\x78 this is no idx file", g);
+            fclose(g);
+        }
+    }
+    FAILS(2, "train-images-idx3-ubyte", "--model", "resnet18", "--steps",
+          "1", "--data", dir);
+    path_in_tmp(file, sizeof file, "empty.txt");
+    FILE *g = fopen(file, "wb");
+    if (g) fclose(g);
+    FAILS(2, "empty.txt", "--model", "gpt2-tiny", "--steps", "1", "--data",
+          file);
+
     /* A delta checkpoint that lacks one tensor. */
     path_in_tmp(small, sizeof small, "mlp.safetensors");
     TRAIN("--model", "mlp", "--data", "synthetic", "--steps", "1",
@@ -486,6 +509,37 @@ static void test_pytorch_checkpoints(void) {
           "ignored silently: %.400s", res.err);
     same_tensors(gp, out, "lm_head.weight");
 
+    /* A tensor the model does not have is ignored with a warning. */
+    delta_st_file *f = delta_st_open(gp, NULL, NULL, 0);
+    CHECK(f != NULL, "cannot open %s", gp);
+    if (f) {
+        int n = delta_st_count(f);
+        delta_st_entry *e = calloc((size_t)n + 1, sizeof *e);
+        float extra[3] = {1, 2, 3};
+        for (int i = 0; e && i < n; i++) {
+            const delta_st_tensor *t = delta_st_at(f, i);
+            e[i] = (delta_st_entry){.name = t->name, .st_dtype = t->st_dtype,
+                                    .ndim = t->ndim, .data = t->data};
+            memcpy(e[i].shape, t->shape, sizeof e[i].shape);
+        }
+        if (e) {
+            e[n] = (delta_st_entry){.name = "foo.bar", .st_dtype = "F32",
+                                    .ndim = 1, .shape = {3}, .data = extra};
+            char path[128];
+            path_in_tmp(path, sizeof path, "extra.safetensors");
+            CHECK(delta_st_write(path, e, n + 1, NULL, 0, NULL, 0) ==
+                      DELTA_OK, "writing %s", path);
+            TRAIN("--model", "gpt2-tiny", "--hidden", "32", "--steps", "0",
+                  "--load", path, "--quiet");
+            CHECK(res.status == 0 && strstr(res.err, "warning: ignoring "
+                                                     "'foo.bar'"),
+                  "extra tensor: status %d, stderr %.300s", res.status,
+                  res.err);
+        }
+        free(e);
+        delta_st_close(f);
+    }
+
     /* And training goes on from it. */
     TRAIN("--model", "gpt2-tiny", "--hidden", "32", "--steps", "2", "--load",
           gp, "--quiet");
@@ -527,9 +581,34 @@ static void test_loss_falls_on_fashion_mnist(void) {
     for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
 }
 
-static void sim_run(const char *model, const char *batch) {
+/* Without Fashion-MNIST the default data falls back to synthetic images
+ * of its shape, saying so; asking for it explicitly is an error. */
+static void test_fallback_without_fashion_mnist(void) {
     char json[128];
-    path_in_tmp(json, sizeof json, "sim.jsonl");
+    path_in_tmp(json, sizeof json, "fallback.jsonl");
+    setenv("DELTA_FASHION_MNIST_DIR", "/no/such/fashion-mnist", 1);
+    TRAIN("--model", "resnet18", "--width", "4", "--batch", "4", "--steps",
+          "2", "--json", json);
+    CHECK(res.status == 0, "status %d: %s", res.status, res.err);
+    CHECK(strstr(res.err, "not available") && strstr(res.err, "synthetic"),
+          "the fallback is not announced: %.400s", res.err);
+    CHECK(!strstr(res.out, "test accuracy"), "no evaluation on synthetic "
+          "data: %s", res.out);
+    cJSON *objs[4];
+    int n = read_json_lines(json, objs, 4);
+    const cJSON *s = n == 3 ? check_log("fallback", objs, n, 2, false) : NULL;
+    CHECK(s && !cJSON_GetObjectItemCaseSensitive(s, "test_accuracy"),
+          "fallback summary (%d lines)", n);
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+    FAILS(2, "/no/such/fashion-mnist", "--model", "resnet18", "--steps", "1",
+          "--data", "fashion-mnist");
+    unsetenv("DELTA_FASHION_MNIST_DIR");
+}
+
+static void sim_run(const char *model, const char *batch) {
+    char json[128], name[64];
+    snprintf(name, sizeof name, "sim-%s.jsonl", model);
+    path_in_tmp(json, sizeof json, name);
     TRAIN("--backend", "sim", "--gpu", "a100-80g", "--model", model,
           "--batch", batch, "--steps", "3", "--json", json);
     CHECK(res.status == 0, "%s: status %d: %s", model, res.status, res.err);
@@ -581,6 +660,7 @@ int main(void) {
     TEST_RUN(test_load_errors);
     TEST_RUN(test_pytorch_checkpoints);
     TEST_RUN(test_loss_falls_on_fashion_mnist);
+    TEST_RUN(test_fallback_without_fashion_mnist);
     TEST_RUN(test_sim_backend);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -243,12 +243,12 @@ delta_status checkpoint_load(const char *path, delta_session *s,
             known_extra(ft->name))
             continue;
         if (diag && unknown < MAX_LISTED)
-            fprintf(diag, "delta: warning: ignoring '%s' in %s: model %s has "
+            fprintf(diag, "delta train: warning: ignoring '%s' in %s: model %s has "
                     "no such tensor\n", ft->name, path, model);
         unknown++;
     }
     if (diag && unknown > MAX_LISTED)
-        fprintf(diag, "delta: warning: ... and %d more tensors ignored\n",
+        fprintf(diag, "delta train: warning: ... and %d more tensors ignored\n",
                 unknown - MAX_LISTED);
 
     for (int i = 0; i < n_model_tensors && st == DELTA_OK; i++) {

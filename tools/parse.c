@@ -156,8 +156,8 @@ bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
     }
     char sub[256];
     if (!parse_size(opt, s, &out->bytes, sub, sizeof sub)) {
-        snprintf(err, err_len, "%s; or 'unlimited', or a percentage of the "
-                 "unconstrained peak such as 50%%", sub);
+        snprintf(err, err_len, "%s (a budget is a size, 'unlimited', or a "
+                 "percentage of the unconstrained peak such as 50%%)", sub);
         return false;
     }
     if (out->bytes == 0) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "delta/cpu.h"
@@ -110,6 +111,10 @@ static delta_status setup_image_data(trainer *t) {
     const char *d = c->data;
     const char *dir = NULL;
     bool explicit_fmnist = d && strcmp(d, "synthetic") != 0;
+    /* Where "fashion-mnist" is looked for: the environment may move it
+     * (tests use it to see the fallback to synthetic data). */
+    const char *env = getenv("DELTA_FASHION_MNIST_DIR");
+    if (env && *env) dir = env;
     if (d && strcmp(d, "fashion-mnist") && strcmp(d, "synthetic")) {
         struct stat sb;
         if (stat(d, &sb) != 0)
@@ -385,6 +390,18 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         return fail(t, DELTA_ERR_INVALID_ARG, "--save: the sim backend "
                     "computes no values, so there is nothing to save");
 
+    if (c->save) {
+        /* Refuse an unwritable --save now rather than after training. */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", c->save);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        const char *d = slash ? (dir[0] ? dir : "/") : ".";
+        if (access(d, W_OK) != 0)
+            return fail(t, DELTA_ERR_IO, "--save %s: cannot write into %s: "
+                        "%s", c->save, d, strerror(errno));
+    }
+
     /* The family decides the data: image_size is set for classifiers. */
     delta_model_config probe = {.name = c->model.name, .batch = 1}, pr;
     char sub[512];
@@ -557,6 +574,18 @@ delta_status trainer_evaluate(trainer *t) {
     delta_dataset *test = delta_dataset_fashion_mnist_new(
         t->fmnist_dir, DELTA_SPLIT_TEST, &st, sub, sizeof sub);
     if (!test) return fail(t, st, "%s", sub);
+    delta_data_info ti = delta_dataset_info(test),
+                    di = delta_dataset_info(t->data);
+    if (ti.channels != di.channels || ti.height != di.height ||
+        ti.width != di.width) {
+        st = fail(t, DELTA_ERR_FORMAT, "the test images of %s are %" PRId64
+                  "x%" PRId64 "x%" PRId64 ", the training images %" PRId64
+                  "x%" PRId64 "x%" PRId64 "; they must match",
+                  t->fmnist_dir, ti.channels, ti.height, ti.width,
+                  di.channels, di.height, di.width);
+        delta_dataset_free(test);
+        return st;
+    }
     /* The last batch may be partial: its remaining rows keep the previous
      * batch's samples (eval mode treats rows independently) and are not
      * counted. */
@@ -572,6 +601,8 @@ delta_status trainer_evaluate(trainer *t) {
     int64_t nb = delta_loader_batches_per_epoch(l);
     if (t->cfg.eval_batches > 0 && t->cfg.eval_batches < nb)
         nb = t->cfg.eval_batches;
+    info(t, "evaluating on %" PRId64 " test images",
+         nb * m->batch < ti.len ? nb * m->batch : ti.len);
     int64_t correct = 0, seen = 0;
     double loss_sum = 0;
     for (int64_t b = 0; b < nb; b++) {

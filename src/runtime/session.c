@@ -1,14 +1,16 @@
 /* The session: runs a step program on a backend inside a device budget.
  *
- * Layout. Persistent tensors (params, consts, state, inputs) and kept
- * outputs sit at the bottom of the arena for the session's life. Above
- * them, the per-step tensors and workspaces of each run mode are placed by
- * the lifetime planner from the mode's static schedule of allocation and
- * release events, computed once here; every run then claims exactly those
- * offsets from the pool (which checks that no two live blocks overlap and
- * keeps the high-water mark). With the "keep" policy the budget must hold
- * persistent bytes plus the planned peak of the step; with no budget the
- * arena is sized to that. */
+ * Layout. The dry plan's trace of one step (every storage root and
+ * workspace with the op interval it is alive; persistent tensors and
+ * inputs for the whole step) is placed once by the lifetime planner, so
+ * the arena keep needs is exactly the dry plan's peak, the figure that
+ * --budget N% is a percentage of. Persistent blocks are claimed at
+ * creation; every run claims each per-step block at its planned offset
+ * before its first op and releases it after its last, through the pool,
+ * which checks that no two live blocks overlap and keeps the high-water
+ * mark. Forward-only runs use the same offsets: their lifetimes are a
+ * subset of the step's. Blocks alive to the step's end (the loss, outputs
+ * the caller asked to keep) stay readable until the next run. */
 #include "delta/session.h"
 #include "delta/dryplan.h"
 #include "delta/pool.h"
@@ -19,29 +21,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MODE_STEP = 0, MODE_FORWARD = 1, N_MODES = 2 };
-
-/* One mode's schedule: per op, the roots it allocates before running and
- * releases after. Offsets are relative to the step region. */
-typedef struct schedule {
-    int *alloc_start, *free_start;  /* per op + 1: index ranges below */
-    int *allocs, *frees;            /* root ids; -1 - op for a workspace */
-    size_t *root_off;               /* per root: its planned offset */
-    size_t *ws_off;                 /* per op: its workspace's offset */
-    size_t peak;                    /* planned step-region bytes */
-    size_t max_live;
-} schedule;
+/* One block of the layout: a storage root (tensor >= 0) or an op's
+ * workspace (tensor -1), its planned offset and op interval. */
+typedef struct sblock {
+    int tensor, first, last;
+    size_t size, off;
+} sblock;
 
 struct delta_session {
     delta_ctx *ctx;
     delta_backend *b;
-    size_t budget, arena_bytes, persistent_bytes;
+    size_t budget, arena_bytes;
     void *base;                 /* arena base (NULL on sim) */
     delta_pool *pool;
-    bool *persistent;           /* per tensor id (roots) */
-    size_t *off;                /* per root: current offset (persistent) */
-    bool *live;                 /* per root: allocated now */
-    schedule sched[N_MODES];
+    sblock *blocks;             /* the layout, by first op */
+    int n_blocks;
+    int *first_block;           /* per op + 1: blocks allocated before op i
+                                   are first_block[i] .. first_block[i+1] */
+    int *ends;                  /* block indices sorted by last op */
+    int *end_start;             /* per op + 1: into ends */
+    int *root_block;            /* per tensor id: its block, or -1 */
+    bool *live;                 /* per block: allocated now */
     int64_t step;
     char err[512];
 };
@@ -60,128 +60,101 @@ static void fail(delta_session *s, char *err, size_t n, const char *fmt, ...) {
     }
 }
 
-static size_t root_size(const delta_ctx *c, int id) {
-    return delta_pool_round(c->tensors[id]->bytes);
+static bool whole_step(const delta_session *s, const sblock *b) {
+    return b->first == 0 && b->last == (s->ctx->n_ops ? s->ctx->n_ops - 1 : 0) &&
+           b->tensor >= 0 && s->ctx->tensors[b->tensor]->producer < 0;
 }
 
-static void schedule_free(schedule *sc) {
-    free(sc->alloc_start);
-    free(sc->free_start);
-    free(sc->allocs);
-    free(sc->frees);
-    free(sc->root_off);
-    free(sc->ws_off);
-}
-
-static bool op_in_mode(const delta_op *op, int mode) {
-    return mode == MODE_STEP || op->phase == DELTA_PHASE_FORWARD;
-}
-
-/* Builds the schedule of a mode and plans its offsets. */
-static delta_status schedule_build(delta_session *s, int mode) {
+/* Builds the layout from the dry trace: blocks, their planned offsets and
+ * the per-op index of allocations and releases. Returns the planned peak
+ * through *peak. */
+static delta_status layout_build(delta_session *s, delta_tensor *const *outs,
+                                 int n_outs, size_t *peak) {
     const delta_ctx *c = s->ctx;
-    schedule *sc = &s->sched[mode];
-    int nt = c->n_tensors, no = c->n_ops;
-    int *last = malloc(sizeof(int) * (size_t)(nt + 1));
-    int *first = malloc(sizeof(int) * (size_t)(nt + 1));
-    sc->alloc_start = calloc((size_t)no + 1, sizeof(int));
-    sc->free_start = calloc((size_t)no + 1, sizeof(int));
-    /* each root is allocated and released at most once; plus workspaces */
-    sc->allocs = malloc(sizeof(int) * (size_t)(nt + no + 1));
-    sc->frees = malloc(sizeof(int) * (size_t)(nt + no + 1));
-    sc->root_off = calloc((size_t)nt + 1, sizeof(size_t));
-    sc->ws_off = calloc((size_t)no + 1, sizeof(size_t));
-    delta_plan_block *blk = malloc(sizeof *blk * (size_t)(nt + no + 1));
-    int *blk_id = malloc(sizeof(int) * (size_t)(nt + no + 1));
-    size_t *blk_off = malloc(sizeof(size_t) * (size_t)(nt + no + 1));
-    int *blk_of_root = malloc(sizeof(int) * (size_t)(nt + 1));
-    if (!last || !first || !sc->alloc_start || !sc->free_start ||
-        !sc->allocs || !sc->frees || !sc->root_off || !sc->ws_off || !blk ||
-        !blk_id || !blk_off || !blk_of_root) {
-        free(last); free(first); free(blk); free(blk_id); free(blk_off);
-        free(blk_of_root);
-        return DELTA_ERR_NOMEM;
+    int no = c->n_ops, nt = c->n_tensors, end = no ? no - 1 : 0;
+    int n = delta_dry_plan_trace(c, NULL, 0);
+    if (n < 0) return DELTA_ERR_STATE;
+    delta_dry_block *db = malloc(sizeof *db * (size_t)(n + 1));
+    delta_plan_block *pb = malloc(sizeof *pb * (size_t)(n + 1));
+    size_t *off = malloc(sizeof *off * (size_t)(n + 1));
+    s->blocks = malloc(sizeof *s->blocks * (size_t)(n + 1));
+    s->first_block = calloc((size_t)no + 2, sizeof(int));
+    s->end_start = calloc((size_t)no + 2, sizeof(int));
+    s->ends = malloc(sizeof(int) * (size_t)(n + 1));
+    s->root_block = malloc(sizeof(int) * (size_t)(nt + 1));
+    s->live = calloc((size_t)n + 1, sizeof(bool));
+    delta_status rc = DELTA_ERR_NOMEM;
+    if (!db || !pb || !off || !s->blocks || !s->first_block || !s->end_start ||
+        !s->ends || !s->root_block || !s->live)
+        goto out;
+    delta_dry_plan_trace(c, db, n);
+    for (int i = 0; i < nt; i++) s->root_block[i] = -1;
+    for (int k = 0; k < n; k++) {
+        s->blocks[k] = (sblock){db[k].tensor, db[k].first, db[k].last,
+                                db[k].size, 0};
+        if (db[k].tensor >= 0) s->root_block[db[k].tensor] = k;
     }
-    for (int i = 0; i < nt; i++) last[i] = first[i] = -1;
-    for (int i = 0; i < no; i++) {
-        const delta_op *op = &c->ops[i];
-        if (!op_in_mode(op, mode)) continue;
-        for (int j = 0; j < op->n_in; j++)
-            last[delta_tensor_root(c, op->in[j])] = i;
-        for (int j = 0; j < op->n_out; j++) {
-            int r = delta_tensor_root(c, op->out[j]);
-            if (first[r] < 0) first[r] = i;
-            last[r] = i;
-        }
+    /* outputs the caller reads after a run live to the step's end */
+    for (int k = 0; k < n_outs; k++) {
+        int b = s->root_block[delta_tensor_root(c, outs[k]->id)];
+        if (b >= 0) s->blocks[b].last = end;
     }
-    /* Events: per op, its allocations then its releases; a block lives
-     * from its allocation event to its release event. */
-    int na = 0, nf = 0, nb = 0, ev = 0;
-    for (int i = 0; i < no; i++) {
-        const delta_op *op = &c->ops[i];
-        sc->alloc_start[i] = na;
-        sc->free_start[i] = nf;
-        if (!op_in_mode(op, mode)) continue;
-        for (int j = 0; j < op->n_out; j++) {
-            int r = delta_tensor_root(c, op->out[j]);
-            if (s->persistent[r] || first[r] != i) continue;
-            bool dup = false;
-            for (int k = sc->alloc_start[i]; k < na; k++) dup |= sc->allocs[k] == r;
-            if (dup) continue;
-            sc->allocs[na++] = r;
-            blk_of_root[r] = nb;
-            blk[nb] = (delta_plan_block){root_size(c, r), ev++, 0, -1};
-            blk_id[nb++] = r;
-        }
-        int ws_blk = -1;
-        if (op->workspace) {
-            sc->allocs[na++] = -1 - i;
-            ws_blk = nb;
-            blk[nb] = (delta_plan_block){delta_pool_round(op->workspace), ev++,
-                                         0, -1};
-            blk_id[nb++] = -1 - i;
-        }
-        if (ws_blk >= 0) {
-            sc->frees[nf++] = -1 - i;
-            blk[ws_blk].last = ev++;
-        }
-        int ids[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT], n = 0;
-        for (int j = 0; j < op->n_in; j++) ids[n++] = delta_tensor_root(c, op->in[j]);
-        for (int j = 0; j < op->n_out; j++) ids[n++] = delta_tensor_root(c, op->out[j]);
-        for (int j = 0; j < n; j++) {
-            int r = ids[j];
-            if (s->persistent[r] || last[r] != i) continue;
-            bool dup = false;
-            for (int k = sc->free_start[i]; k < nf; k++) dup |= sc->frees[k] == r;
-            if (dup) continue;
-            sc->frees[nf++] = r;
-            blk[blk_of_root[r]].last = ev++;
-        }
+    for (int k = 0; k < n; k++)
+        pb[k] = (delta_plan_block){s->blocks[k].size, s->blocks[k].first,
+                                   s->blocks[k].last, -1};
+    delta_plan_stats st = {0};
+    rc = n ? delta_plan_place(pb, n, off, &st) : DELTA_OK;
+    if (rc != DELTA_OK) goto out;
+    *peak = st.peak_bytes;
+    for (int k = 0; k < n; k++) s->blocks[k].off = off[k];
+    s->n_blocks = n;
+    /* counting sorts by first op and by last op (the trace is already in
+     * first-op order after the whole-step blocks, but do not rely on it) */
+    for (int k = 0; k < n; k++) {
+        s->first_block[s->blocks[k].first + 1]++;
+        s->end_start[s->blocks[k].last + 1]++;
     }
-    sc->alloc_start[no] = na;
-    sc->free_start[no] = nf;
-    delta_plan_stats st;
-    delta_status rc = nb ? delta_plan_place(blk, nb, blk_off, &st) : DELTA_OK;
-    if (rc == DELTA_OK) {
-        sc->peak = nb ? st.peak_bytes : 0;
-        sc->max_live = nb ? st.max_live_bytes : 0;
-        for (int k = 0; k < nb; k++) {
-            if (blk_id[k] >= 0) sc->root_off[blk_id[k]] = blk_off[k];
-            else sc->ws_off[-1 - blk_id[k]] = blk_off[k];
-        }
+    for (int i = 0; i <= no; i++) {
+        s->first_block[i + 1] += s->first_block[i];
+        s->end_start[i + 1] += s->end_start[i];
     }
-    free(last); free(first); free(blk); free(blk_id); free(blk_off);
-    free(blk_of_root);
+    sblock *sorted = malloc(sizeof *sorted * (size_t)(n + 1));
+    int *fill = calloc((size_t)no + 1, sizeof(int));
+    if (!sorted || !fill) {
+        free(sorted);
+        free(fill);
+        rc = DELTA_ERR_NOMEM;
+        goto out;
+    }
+    for (int k = 0; k < n; k++) {
+        int f = s->blocks[k].first;
+        sorted[s->first_block[f] + fill[f]++] = s->blocks[k];
+    }
+    memcpy(s->blocks, sorted, sizeof *sorted * (size_t)n);
+    memset(fill, 0, sizeof(int) * ((size_t)no + 1));
+    for (int k = 0; k < n; k++) {
+        int l = s->blocks[k].last;
+        s->ends[s->end_start[l] + fill[l]++] = k;
+        if (s->blocks[k].tensor >= 0) s->root_block[s->blocks[k].tensor] = k;
+    }
+    free(sorted);
+    free(fill);
+out:
+    free(db);
+    free(pb);
+    free(off);
     return rc;
 }
 
 void delta_session_free(delta_session *s) {
     if (!s) return;
-    for (int m = 0; m < N_MODES; m++) schedule_free(&s->sched[m]);
-    if (s->base || !delta_backend_has_data(s->b)) delta_backend_arena_destroy(s->b);
+    if (s->pool) delta_backend_arena_destroy(s->b);
     delta_pool_free(s->pool);
-    free(s->persistent);
-    free(s->off);
+    free(s->blocks);
+    free(s->first_block);
+    free(s->ends);
+    free(s->end_start);
+    free(s->root_block);
     free(s->live);
     free(s);
 }
@@ -213,16 +186,18 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         return NULL;
     }
     delta_session *s = calloc(1, sizeof *s);
-    int nt = ctx->n_tensors;
-    if (s) {
-        s->ctx = ctx;
-        s->b = o->backend;
-        s->budget = o->budget_bytes;
-        s->persistent = calloc((size_t)nt + 1, sizeof(bool));
-        s->off = calloc((size_t)nt + 1, sizeof(size_t));
-        s->live = calloc((size_t)nt + 1, sizeof(bool));
+    if (!s) goto nomem;
+    s->ctx = ctx;
+    s->b = o->backend;
+    s->budget = o->budget_bytes;
+    for (int k = 0; k < o->n_outputs; k++) {
+        const delta_tensor *t = o->outputs[k];
+        if (!t || t->ctx != ctx) {
+            *status = DELTA_ERR_INVALID_ARG;
+            fail(s, err, err_len, "output %d is not a tensor of this graph", k);
+            goto fail;
+        }
     }
-    if (!s || !s->persistent || !s->off || !s->live) goto nomem;
 
     /* the smallest budget any policy could work in */
     delta_dry_plan dp;
@@ -243,49 +218,12 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
              fmt_bytes((double)dp.min_budget_bytes, b2));
         goto fail;
     }
-
-    /* persistent roots: leaves of every kind but activations/grads, plus
-     * kept outputs and tensors no op reads */
-    bool *read = calloc((size_t)nt + 1, sizeof(bool));
-    if (!read) goto nomem;
-    for (int i = 0; i < ctx->n_ops; i++)
-        for (int j = 0; j < ctx->ops[i].n_in; j++)
-            read[delta_tensor_root(ctx, ctx->ops[i].in[j])] = true;
-    for (int i = 0; i < nt; i++) {
-        const delta_tensor *t = ctx->tensors[i];
-        if (t->view_of >= 0) continue;
-        s->persistent[i] = delta_kind_persistent(t->kind) ||
-                           t->kind == DELTA_KIND_INPUT || !read[i];
+    size_t need = 0;
+    *status = layout_build(s, o->outputs, o->n_outputs, &need);
+    if (*status != DELTA_OK) {
+        fail(s, err, err_len, "planning the step layout failed");
+        goto fail;
     }
-    free(read);
-    for (int k = 0; k < o->n_outputs; k++) {
-        const delta_tensor *t = o->outputs[k];
-        if (!t || t->ctx != ctx) {
-            *status = DELTA_ERR_INVALID_ARG;
-            fail(s, err, err_len, "output %d is not a tensor of this graph", k);
-            goto fail;
-        }
-        s->persistent[delta_tensor_root(ctx, t->id)] = true;
-    }
-    size_t pbytes = 0;
-    int n_live_max = 0;
-    for (int i = 0; i < nt; i++)
-        if (s->persistent[i]) {
-            s->off[i] = pbytes;
-            pbytes += root_size(ctx, i);
-            n_live_max++;
-        }
-    s->persistent_bytes = pbytes;
-    for (int m = 0; m < N_MODES; m++) {
-        *status = schedule_build(s, m);
-        if (*status != DELTA_OK) {
-            fail(s, err, err_len, "planning the step layout failed");
-            goto fail;
-        }
-    }
-    size_t need = pbytes + (s->sched[MODE_STEP].peak > s->sched[MODE_FORWARD].peak
-                                ? s->sched[MODE_STEP].peak
-                                : s->sched[MODE_FORWARD].peak);
     if (s->budget && need > s->budget) {
         *status = DELTA_ERR_BUDGET;
         fail(s, err, err_len,
@@ -299,26 +237,28 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     s->arena_bytes = s->budget ? s->budget : need;
     if (s->arena_bytes < DELTA_POOL_ALIGN) s->arena_bytes = DELTA_POOL_ALIGN;
     char perr2[256];
-    s->pool = delta_pool_new(s->arena_bytes, n_live_max + nt + 2, perr2,
+    s->pool = delta_pool_new(s->arena_bytes, s->n_blocks + 2, perr2,
                              sizeof perr2);
     if (!s->pool) goto nomem;
     *status = delta_backend_arena_create(s->b, s->arena_bytes, &s->base);
     if (*status != DELTA_OK) {
         fail(s, err, err_len, "cannot create a device arena of %s",
              fmt_bytes((double)s->arena_bytes, b1));
+        delta_pool_free(s->pool);
+        s->pool = NULL;
         goto fail;
     }
     bool data = delta_backend_has_data(s->b);
-    for (int i = 0; i < nt; i++) {
-        if (!s->persistent[i]) continue;
-        DELTA_ASSERT(delta_pool_alloc_at(s->pool, s->off[i],
-                                         root_size(ctx, i)) == DELTA_OK);
-        s->live[i] = true;
-        const delta_tensor *t = ctx->tensors[i];
+    for (int k = 0; k < s->n_blocks; k++) {
+        const sblock *bl = &s->blocks[k];
+        if (!whole_step(s, bl)) continue;
+        DELTA_ASSERT(delta_pool_alloc_at(s->pool, bl->off, bl->size) == DELTA_OK);
+        s->live[k] = true;
+        const delta_tensor *t = ctx->tensors[bl->tensor];
         if (!data) continue;
-        void *p = (char *)s->base + s->off[i];
+        void *p = (char *)s->base + bl->off;
         if (t->dtype == DELTA_F32 && t->init.kind != DELTA_INIT_NONE)
-            delta_init_fill(p, t->numel, t->init, ctx->seed, i);
+            delta_init_fill(p, t->numel, t->init, ctx->seed, t->id);
         else
             memset(p, 0, t->bytes);
     }
@@ -332,67 +272,63 @@ fail:
     return NULL;
 }
 
-static void *addr(delta_session *s, int root) {
-    return s->base ? (char *)s->base + s->off[root] : NULL;
+static void *addr(delta_session *s, int tensor) {
+    int b = s->root_block[delta_tensor_root(s->ctx, tensor)];
+    return s->base && b >= 0 ? (char *)s->base + s->blocks[b].off : NULL;
 }
 
-static void place(delta_session *s, int root, size_t off) {
-    s->off[root] = off;
-    DELTA_ASSERTF(delta_pool_alloc_at(s->pool, off, root_size(s->ctx, root)) ==
-                      DELTA_OK,
-                  "planned offset %zu of tensor %d is not free: %s", off, root,
+static void claim(delta_session *s, int k) {
+    const sblock *b = &s->blocks[k];
+    DELTA_ASSERTF(delta_pool_alloc_at(s->pool, b->off, b->size) == DELTA_OK,
+                  "planned offset %zu of block %d is not free: %s", b->off, k,
                   delta_pool_error(s->pool));
-    s->live[root] = true;
+    s->live[k] = true;
 }
 
-static void release(delta_session *s, int root) {
-    DELTA_ASSERT(delta_pool_release(s->pool, s->off[root]) == DELTA_OK);
-    s->live[root] = false;
+static void release(delta_session *s, int k) {
+    DELTA_ASSERT(delta_pool_release(s->pool, s->blocks[k].off) == DELTA_OK);
+    s->live[k] = false;
 }
 
 delta_status delta_session_run(delta_session *s, delta_run_mode mode,
                                delta_step_stats *stats) {
     delta_ctx *c = s->ctx;
-    int m = mode == DELTA_RUN_STEP ? MODE_STEP : MODE_FORWARD;
-    const schedule *sc = &s->sched[m];
-    size_t base_off = s->persistent_bytes;
+    bool fwd_only = mode != DELTA_RUN_STEP;
     delta_kernel_env env = {c->seed, s->step, mode != DELTA_RUN_EVAL};
+    /* blocks kept readable after the last run (or left by a forward-only
+     * run) go first */
+    for (int k = 0; k < s->n_blocks; k++)
+        if (s->live[k] && !whole_step(s, &s->blocks[k])) release(s, k);
     delta_pool_reset_peaks(s->pool);
     double t0 = delta_backend_clock(s->b);
+    int end = c->n_ops - 1;
     for (int i = 0; i < c->n_ops; i++) {
         const delta_op *op = &c->ops[i];
-        if (!op_in_mode(op, m)) continue;
-        size_t ws_off = 0;
-        for (int k = sc->alloc_start[i]; k < sc->alloc_start[i + 1]; k++) {
-            int r = sc->allocs[k];
-            if (r >= 0) {
-                place(s, r, base_off + sc->root_off[r]);
-            } else {
-                ws_off = base_off + sc->ws_off[i];
-                DELTA_ASSERT(delta_pool_alloc_at(s->pool, ws_off,
-                                                 delta_pool_round(op->workspace)) ==
-                             DELTA_OK);
-            }
+        if (fwd_only && op->phase != DELTA_PHASE_FORWARD) continue;
+        void *ws = NULL;
+        for (int k = s->first_block[i]; k < s->first_block[i + 1]; k++) {
+            if (whole_step(s, &s->blocks[k])) continue;
+            claim(s, k);
+            if (s->blocks[k].tensor < 0 && s->base)
+                ws = (char *)s->base + s->blocks[k].off;
         }
-        delta_kargs k = {.op = op, .env = &env};
+        delta_kargs k = {.op = op, .env = &env, .ws = ws};
         for (int j = 0; j < op->n_in; j++) {
-            int r = delta_tensor_root(c, op->in[j]);
-            DELTA_ASSERTF(s->live[r], "op %d reads tensor %d, not on the device",
-                          i, op->in[j]);
+            DELTA_ASSERTF(s->live[s->root_block[delta_tensor_root(c, op->in[j])]],
+                          "op %d reads tensor %d, not on the device", i,
+                          op->in[j]);
             k.in_t[j] = c->tensors[op->in[j]];
-            k.in[j] = addr(s, r);
+            k.in[j] = addr(s, op->in[j]);
         }
         for (int j = 0; j < op->n_out; j++) {
-            int r = delta_tensor_root(c, op->out[j]);
             k.out_t[j] = c->tensors[op->out[j]];
-            k.out[j] = addr(s, r);
+            k.out[j] = addr(s, op->out[j]);
         }
-        k.ws = op->workspace && s->base ? (char *)s->base + ws_off : NULL;
         delta_backend_run(s->b, &k);
-        for (int f = sc->free_start[i]; f < sc->free_start[i + 1]; f++) {
-            int r = sc->frees[f];
-            if (r >= 0) release(s, r);
-            else DELTA_ASSERT(delta_pool_release(s->pool, ws_off) == DELTA_OK);
+        if (i == end) break; /* blocks alive to the end stay readable */
+        for (int e = s->end_start[i]; e < s->end_start[i + 1]; e++) {
+            int b = s->ends[e];
+            if (s->live[b] && !whole_step(s, &s->blocks[b])) release(s, b);
         }
     }
     double t1 = delta_backend_clock(s->b);
@@ -420,10 +356,12 @@ static delta_status access_check(delta_session *s, const delta_tensor *t,
              t->bytes, bytes);
         return DELTA_ERR_INVALID_ARG;
     }
-    int r = delta_tensor_root(s->ctx, t->id);
-    if (!s->persistent[r]) {
-        fail(s, NULL, 0, "tensor '%s' lives only during a step; keep it with "
-             "the session's outputs option to read it", t->name);
+    int b = s->root_block[delta_tensor_root(s->ctx, t->id)];
+    if (b < 0 || !s->live[b]) {
+        fail(s, NULL, 0, "tensor '%s' is not on the device now: only "
+             "parameters, state, inputs and tensors alive at the end of the "
+             "last run (the loss, the session's outputs) can be accessed",
+             t->name);
         return DELTA_ERR_STATE;
     }
     return DELTA_OK;
@@ -432,8 +370,7 @@ static delta_status access_check(delta_session *s, const delta_tensor *t,
 delta_status delta_session_write(delta_session *s, const delta_tensor *t,
                                  const void *data, size_t bytes) {
     delta_status st = access_check(s, t, bytes);
-    if (st == DELTA_OK && s->base)
-        memcpy(addr(s, delta_tensor_root(s->ctx, t->id)), data, bytes);
+    if (st == DELTA_OK && s->base) memcpy(addr(s, t->id), data, bytes);
     return st;
 }
 
@@ -441,7 +378,7 @@ delta_status delta_session_read(delta_session *s, const delta_tensor *t,
                                 void *data, size_t bytes) {
     delta_status st = access_check(s, t, bytes);
     if (st != DELTA_OK) return st;
-    if (s->base) memcpy(data, addr(s, delta_tensor_root(s->ctx, t->id)), bytes);
+    if (s->base) memcpy(data, addr(s, t->id), bytes);
     else memset(data, 0, bytes);
     return DELTA_OK;
 }
