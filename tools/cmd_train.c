@@ -341,6 +341,21 @@ static int parse_args(int argc, char **argv, train_config *c) {
     return -1;
 }
 
+/* delta plan: the options of train; builds and plans the step program
+ * from shapes alone and prints its memory figures. */
+int cmd_plan(int argc, char **argv) {
+    train_config c;
+    int rc = parse_args(argc, argv, &c);
+    if (rc >= 0) return rc;
+    c.plan_only = true;
+    trainer t;
+    delta_status st = trainer_setup(&t, &c);
+    if (st == DELTA_OK) st = trainer_print_plan(&t);
+    if (st != DELTA_OK) fprintf(stderr, "delta plan: %s\n", t.err);
+    trainer_free(&t);
+    return trainer_exit_code(st);
+}
+
 int cmd_train(int argc, char **argv) {
     train_config c;
     int rc = parse_args(argc, argv, &c);

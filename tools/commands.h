@@ -6,5 +6,6 @@
 #define DELTA_TOOLS_COMMANDS_H
 
 int cmd_train(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

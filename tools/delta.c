@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train      train a model ('delta train --help')\n"
+            "  plan       memory of a model's training step, from shapes alone:\n"
+            "             unconstrained peak and minimum budget (options of train)\n"
             "  maxbatch   largest batch that fits a device (coming)\n"
             "  bench      grid of models, policies and budgets (coming)\n"
             "\n"
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "delta: unknown command '%s'; see 'delta --help'\n", cmd);
     return 2;
 }

@@ -445,6 +445,7 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         t->json = json_log_open(c->json, sub, sizeof sub);
         if (!t->json) return fail(t, DELTA_ERR_IO, "%s", sub);
     }
+    if (c->plan_only) return DELTA_OK;
     st = setup_backend(t);
     if (st != DELTA_OK) return st;
     st = write_constants(t);
@@ -754,4 +755,51 @@ void trainer_free(trainer *t) {
     delta_dataset_free(t->data);
     delta_ctx_free(t->ctx);
     memset(t, 0, sizeof *t);
+}
+
+delta_status trainer_print_plan(trainer *t) {
+    const delta_dry_plan *p = &t->plan;
+    const delta_model_config *m = &t->model.cfg;
+    char b[8][32];
+    printf("%s, batch %" PRId64 ", %s: %d ops, %d blocks, planned in %.1f ms\n",
+           m->name, m->batch, t->optimizer_name, p->n_ops, p->n_blocks,
+           p->plan_seconds * 1e3);
+    printf("  parameters %s, gradients (all backward tensors) %s, optimizer and other state %s, "
+           "inputs %s, activations %s\n",
+           delta_format_bytes((double)p->param_bytes, b[0], 32),
+           delta_format_bytes((double)p->grad_bytes, b[1], 32),
+           delta_format_bytes((double)(p->state_bytes + p->const_bytes), b[2], 32),
+           delta_format_bytes((double)p->input_bytes, b[3], 32),
+           delta_format_bytes((double)p->activation_bytes, b[4], 32));
+    printf("  unconstrained peak %s (max-live bound %s): what keep needs, "
+           "--budget 100%%\n",
+           delta_format_bytes((double)p->peak_bytes, b[5], 32),
+           delta_format_bytes((double)p->max_live_bytes, b[6], 32));
+    printf("  minimum budget %s, for op %d (%s, %s)\n",
+           delta_format_bytes((double)p->min_budget_bytes, b[7], 32),
+           p->min_budget_op, p->min_budget_op_type, p->min_budget_op_name);
+    if (!t->json) return DELTA_OK;
+    cJSON *top = cJSON_CreateObject();
+    cJSON *s = cJSON_AddObjectToObject(top, "plan");
+    cJSON_AddStringToObject(s, "model", m->name);
+    cJSON_AddNumberToObject(s, "batch", (double)m->batch);
+    cJSON_AddNumberToObject(s, "ops", p->n_ops);
+    cJSON_AddNumberToObject(s, "param_bytes", (double)p->param_bytes);
+    cJSON_AddNumberToObject(s, "grad_bytes", (double)p->grad_bytes);
+    cJSON_AddNumberToObject(s, "state_bytes", (double)(p->state_bytes + p->const_bytes));
+    cJSON_AddNumberToObject(s, "input_bytes", (double)p->input_bytes);
+    cJSON_AddNumberToObject(s, "activation_bytes", (double)p->activation_bytes);
+    cJSON_AddNumberToObject(s, "baseline_peak_bytes", (double)p->peak_bytes);
+    cJSON_AddNumberToObject(s, "max_live_bytes", (double)p->max_live_bytes);
+    cJSON_AddNumberToObject(s, "min_budget_bytes", (double)p->min_budget_bytes);
+    cJSON_AddNumberToObject(s, "min_budget_op", p->min_budget_op);
+    cJSON_AddStringToObject(s, "min_budget_op_type", p->min_budget_op_type);
+    cJSON_AddNumberToObject(s, "plan_s", p->plan_seconds);
+    char sub[512];
+    bool ok = json_log_write(t->json, top);
+    cJSON_Delete(top);
+    ok = json_log_close(t->json, sub, sizeof sub) && ok;
+    t->json = NULL;
+    if (!ok) return fail(t, DELTA_ERR_IO, "--json: %s", sub);
+    return DELTA_OK;
 }

@@ -65,6 +65,7 @@ typedef struct train_config {
     const char *policy;                 /* NULL: keep */
     double link_gbps;                   /* cpu link; used when link_set */
     bool link_set;
+    bool plan_only;                     /* stop after the dry plan */
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */
@@ -109,6 +110,11 @@ typedef struct trainer {
  * creates the backend and the session; loads --load into it. On failure
  * the trainer holds what was made (free it with trainer_free). */
 delta_status trainer_setup(trainer *t, const train_config *cfg);
+
+/* Prints the dry plan of the step program (memory by kind, unconstrained
+ * peak, max-live bound, minimum budget and the op that needs it) on
+ * stdout; with cfg.json, also as one JSON object. After trainer_setup. */
+delta_status trainer_print_plan(trainer *t);
 
 /* Runs cfg.steps training steps with progress on stderr and the JSON log;
  * fills t->result. */
