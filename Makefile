@@ -87,7 +87,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool test-tsan
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train test-tsan
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -155,6 +155,11 @@ bench-kernels:
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_kernels
 	@scripts/bench_kernels.sh $(BUILD)/bench/bench_kernels
+
+bench-train:
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory tool
+	@scripts/bench_train.sh $(BUILD)/delta
 
 bench-pool:
 	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_pool

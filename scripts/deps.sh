@@ -9,7 +9,7 @@
 set -u
 REQUIRED="gcc make libopenblas-dev libopenblas0-openmp libcjson-dev zlib1g-dev pkg-config"
 OPTIONAL="dataset-fashion-mnist gnuplot-nox"
-BENCH="python3-torch"
+BENCH="python3-torch python3-torchvision"
 
 mode=${1:-install}
 case "$mode" in
