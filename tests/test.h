@@ -8,6 +8,7 @@
 #define DELTA_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,23 +37,48 @@ static const char *test_skip_why_;
         return;                                                            \
     } while (0)
 
-#define TEST_RUN(fn)                                                       \
-    do {                                                                   \
-        test_failed_checks_ = 0;                                           \
-        test_skip_why_ = NULL;                                             \
-        fn();                                                              \
-        if (test_skip_why_) {                                              \
-            test_skipped_++;                                               \
-            printf("skip %s: %s\n", #fn, test_skip_why_);                  \
-        } else if (test_failed_checks_) {                                  \
-            test_failed_++;                                                \
-            printf("FAIL %s\n", #fn);                                      \
-        } else {                                                           \
-            test_passed_++;                                                \
-            printf("ok   %s\n", #fn);                                      \
-        }                                                                  \
-        fflush(stdout);                                                    \
-    } while (0)
+/* Runs one test and reports it as name, or name[label] when label is
+ * given (e.g. the GEMM path a suite runs under). */
+static inline void test_run_(void (*fn)(void), const char *name,
+                             const char *label) {
+    char full[256];
+    if (label) snprintf(full, sizeof full, "%s[%s]", name, label);
+    else snprintf(full, sizeof full, "%s", name);
+    test_failed_checks_ = 0;
+    test_skip_why_ = NULL;
+    fn();
+    if (test_skip_why_) {
+        test_skipped_++;
+        printf("skip %s: %s\n", full, test_skip_why_);
+    } else if (test_failed_checks_) {
+        test_failed_++;
+        printf("FAIL %s\n", full);
+    } else {
+        test_passed_++;
+        printf("ok   %s\n", full);
+    }
+    fflush(stdout);
+}
+
+#define TEST_RUN(fn) test_run_(fn, #fn, NULL)
+#define TEST_RUN_LABELED(fn, label) test_run_(fn, #fn, label)
+
+/* A small deterministic generator for test data (xorshift64). */
+static uint64_t test_rng_state_ = 0x2545f4914f6cdd1dull;
+static inline void test_rng_seed(uint64_t s) { test_rng_state_ = s ? s : 1; }
+static inline uint32_t test_rng_u32(void) {
+    test_rng_state_ ^= test_rng_state_ << 13;
+    test_rng_state_ ^= test_rng_state_ >> 7;
+    test_rng_state_ ^= test_rng_state_ << 17;
+    return (uint32_t)(test_rng_state_ >> 16);
+}
+/* Uniform in [lo, hi). */
+static inline float test_rng_f(float lo, float hi) {
+    return lo + (hi - lo) * (float)(test_rng_u32() & 0xffffff) / 16777216.0f;
+}
+static inline void test_fill_rand(float *x, int64_t n, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) x[i] = test_rng_f(lo, hi);
+}
 
 #define TEST_MAIN_END()                                                    \
     do {                                                                   \

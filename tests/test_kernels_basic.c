@@ -26,24 +26,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint32_t rnd_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-/* Uniform in [lo, hi). */
-static float rnd_f(float lo, float hi) {
-    return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / 16777216.0f;
-}
-
-static void fill_rand(float *x, int64_t n, float lo, float hi) {
-    for (int64_t i = 0; i < n; i++) x[i] = rnd_f(lo, hi);
-}
-
 static void *alloc_buf(size_t bytes, int fill) {
     void *p = delta_alloc_aligned(bytes ? bytes : 1);
     if (!p) {
@@ -137,20 +119,20 @@ static double at(const float *x, int64_t ld, bool t, int64_t i, int64_t j) {
 static bool gemm_case(int which, bool ta, bool tb, int64_t m, int64_t n,
                       int64_t k, float alpha, float beta, bool nan_c,
                       bool nan_ab) {
-    int64_t pa = rnd_u32() % 4, pb = rnd_u32() % 4, pc = rnd_u32() % 4;
+    int64_t pa = test_rng_u32() % 4, pb = test_rng_u32() % 4, pc = test_rng_u32() % 4;
     int64_t ar = ta ? k : m, aw = ta ? m : k;
     int64_t br = tb ? n : k, bw = tb ? k : n;
     int64_t lda = aw + pa, ldb = bw + pb, ldc = n + pc;
     int64_t asz = ar * lda, bsz = br * ldb, csz = m * ldc;
     float *a = alloc_f(asz), *b = alloc_f(bsz), *c = alloc_f(csz);
     float *c0 = alloc_f(csz);
-    fill_rand(a, asz, -1, 1);
-    fill_rand(b, bsz, -1, 1);
+    test_fill_rand(a, asz, -1, 1);
+    test_fill_rand(b, bsz, -1, 1);
     if (nan_ab) {
         for (int64_t i = 0; i < asz; i++) a[i] = NAN;
         for (int64_t i = 0; i < bsz; i++) b[i] = NAN;
     }
-    for (int64_t i = 0; i < csz; i++) c0[i] = nan_c ? NAN : rnd_f(-1, 1);
+    for (int64_t i = 0; i < csz; i++) c0[i] = nan_c ? NAN : test_rng_f(-1, 1);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = n; j < ldc; j++) c0[i * ldc + j] = 12345.0f;
     memcpy(c, c0, (size_t)csz * sizeof(float));
@@ -244,9 +226,9 @@ static void gemm_sweep(int which, const char *what) {
         fails += !gemm_case(which, ta, tb, 5, 0, 4, 1.0f, 0.0f, true, false);
         /* random shapes */
         for (int r = 0; r < 12; r++)
-            fails += !gemm_case(which, ta, tb, 1 + rnd_u32() % 90,
-                                1 + rnd_u32() % 90, 1 + rnd_u32() % 90,
-                                rnd_f(-2, 2), (r & 1) ? rnd_f(-1, 1) : 0.0f,
+            fails += !gemm_case(which, ta, tb, 1 + test_rng_u32() % 90,
+                                1 + test_rng_u32() % 90, 1 + test_rng_u32() % 90,
+                                test_rng_f(-2, 2), (r & 1) ? test_rng_f(-1, 1) : 0.0f,
                                 (r & 1) == 0, false);
     }
     CHECK(fails == 0, "%s: %d failing GEMM cases", what, fails);
@@ -278,8 +260,8 @@ static void test_gemm_blas(void) {
     int64_t m = 200, n = 300, k = 400;
     float *a = alloc_f(m * k), *b = alloc_f(k * n);
     float *c1 = alloc_f(m * n), *c2 = alloc_f(m * n);
-    fill_rand(a, m * k, -1, 1);
-    fill_rand(b, k * n, -1, 1);
+    test_fill_rand(a, m * k, -1, 1);
+    test_fill_rand(b, k * n, -1, 1);
     delta_gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c1, n);
     CHECK(delta_cpu_set_gemm(DELTA_GEMM_BUILTIN) == DELTA_OK);
     delta_gemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c2, n);
@@ -313,11 +295,11 @@ static void test_gemm_deterministic(void) {
                 int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
                 float *a = alloc_f(m * k), *b = alloc_f(k * n);
                 float *c[4];
-                fill_rand(a, m * k, -1, 1);
-                fill_rand(b, k * n, -1, 1);
+                test_fill_rand(a, m * k, -1, 1);
+                test_fill_rand(b, k * n, -1, 1);
                 for (int r = 0; r < 4; r++) {
                     c[r] = alloc_f(m * n);
-                    fill_rand(c[r], m * n, -1, 1);
+                    test_fill_rand(c[r], m * n, -1, 1);
                     if (r) memcpy(c[r], c[0], (size_t)(m * n) * sizeof(float));
                 }
                 for (int r = 0; r < 3; r++) {
@@ -385,8 +367,8 @@ static void check_matmul(int an, const int64_t *ashape, int bnd,
     }
     run r;
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], a->numel, -1, 1);
-    fill_rand(r.in[1], b->numel, -1, 1);
+    test_fill_rand(r.in[0], a->numel, -1, 1);
+    test_fill_rand(r.in[1], b->numel, -1, 1);
     delta_k_matmul(&r.k);
     int64_t m = c->shape[c->ndim - 2], n = c->shape[c->ndim - 1];
     int64_t k = ta ? ashape[an - 2] : ashape[an - 1];
@@ -464,9 +446,9 @@ static void check_linear(bool with_bias, int xn, const int64_t *xs,
     }
     run r;
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], x->numel, -1, 1);
-    fill_rand(r.in[1], w->numel, -1, 1);
-    if (with_bias) fill_rand(r.in[2], out, -1, 1);
+    test_fill_rand(r.in[0], x->numel, -1, 1);
+    test_fill_rand(r.in[1], w->numel, -1, 1);
+    if (with_bias) test_fill_rand(r.in[2], out, -1, 1);
     delta_k_linear(&r.k);
     int64_t rows = y->numel / out;
     const float *xd = r.in[0], *wd = r.in[1], *bd = with_bias ? r.in[2] : NULL;
@@ -501,7 +483,7 @@ static void check_sum_leading(int xn, const int64_t *xs, int yn,
                        xs + (xn - yn), delta_attrs0());
     run r;
     run_init(&r, ctx, id);
-    fill_rand(r.in[0], x->numel, -1, 1);
+    test_fill_rand(r.in[0], x->numel, -1, 1);
     int64_t s = r.k.out_t[0]->numel, rows = s ? x->numel / s : 0;
     float *ref = alloc_f(s);
     const float *xd = r.in[0];
@@ -541,7 +523,7 @@ static void test_sum_leading(void) {
 /* A run of the last op (unary) with random inputs in [lo, hi). */
 static void unary_run(run *r, delta_ctx *ctx, float lo, float hi) {
     run_init(r, ctx, last_op(ctx));
-    fill_rand(r->in[0], r->k.in_t[0]->numel, lo, hi);
+    test_fill_rand(r->in[0], r->k.in_t[0]->numel, lo, hi);
 }
 
 static void test_relu(void) {
@@ -563,7 +545,7 @@ static void test_relu(void) {
     run rb;
     run_init(&rb, ctx, id);
     memcpy(rb.in[0], r.out[0], y->bytes);
-    fill_rand(rb.in[1], x->numel, -1, 1);
+    test_fill_rand(rb.in[1], x->numel, -1, 1);
     delta_k_relu_bwd(&rb.k);
     const float *yy = rb.in[0], *dy = rb.in[1], *dx = rb.out[0];
     bad = 0;
@@ -608,7 +590,7 @@ static void test_gelu(void) {
     run rb;
     run_init(&rb, ctx, id);
     memcpy(rb.in[0], r.in[0], x->bytes);
-    fill_rand(rb.in[1], n, -2, 2);
+    test_fill_rand(rb.in[1], n, -2, 2);
     delta_k_gelu_bwd(&rb.k);
     const float *dy = rb.in[1];
     for (int64_t i = 0; i < n; i++)
@@ -650,8 +632,8 @@ static void check_add(int an, const int64_t *as, int bn, const int64_t *bs,
     }
     run r;
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], a->numel, -1, 1);
-    fill_rand(r.in[1], b->numel, -1, 1);
+    test_fill_rand(r.in[0], a->numel, -1, 1);
+    test_fill_rand(r.in[1], b->numel, -1, 1);
     float *outs[2];
     for (int t = 0; t < 2; t++) {
         delta_cpu_set_threads(t + 1);
@@ -691,8 +673,8 @@ static void test_mul_scale_fill_broadcast(void) {
     CHECK(y != NULL);
     run r;
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], a->numel, -3, 3);
-    fill_rand(r.in[1], a->numel, -3, 3);
+    test_fill_rand(r.in[0], a->numel, -3, 3);
+    test_fill_rand(r.in[1], a->numel, -3, 3);
     delta_k_mul(&r.k);
     const float *ad = r.in[0], *bd = r.in[1], *yd = r.out[0];
     long bad = 0;
@@ -703,7 +685,7 @@ static void test_mul_scale_fill_broadcast(void) {
 
     y = delta_scale(ctx, a, -0.375f);
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], a->numel, -3, 3);
+    test_fill_rand(r.in[0], a->numel, -3, 3);
     delta_k_scale(&r.k);
     ad = r.in[0];
     yd = r.out[0];
@@ -748,7 +730,7 @@ static void check_sum(int64_t n, float lo, float hi, const char *what) {
     CHECK(y != NULL && y->ndim == 0);
     run r;
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], n, lo, hi);
+    test_fill_rand(r.in[0], n, lo, hi);
     const float *xd = r.in[0];
     double ref = 0, mag = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -803,9 +785,9 @@ static void test_dropout(void) {
     run_init(&r, ctx, fwd);
     run_init(&r2, ctx, fwd2);
     run_init(&rb, ctx, bwd);
-    fill_rand(r.in[0], n, 0.5f, 2.0f); /* nonzero: zeros mark drops */
+    test_fill_rand(r.in[0], n, 0.5f, 2.0f); /* nonzero: zeros mark drops */
     memcpy(r2.in[0], r.in[0], x->bytes);
-    fill_rand(rb.in[0], n, 0.5f, 2.0f);
+    test_fill_rand(rb.in[0], n, 0.5f, 2.0f);
     env.step = 5;
     delta_k_dropout(&r.k);
     delta_k_dropout(&r2.k);
@@ -912,14 +894,14 @@ static void check_sgd(float lr, float mom, float wd, bool nesterov,
     run_init(&r, ctx, id);
     CHECK(r.k.out[0] == r.k.in[0], "in place");
     float *pd = r.in[0], *gd = r.in[1], *bd = a.has_momentum ? r.in[2] : NULL;
-    fill_rand(pd, n, -1, 1);
-    if (bd) fill_rand(bd, n, -5, 5); /* garbage: step 0 must overwrite */
+    test_fill_rand(pd, n, -1, 1);
+    if (bd) test_fill_rand(bd, n, -5, 5); /* garbage: step 0 must overwrite */
     double *rp = malloc((size_t)n * sizeof(double));
     double *rb = calloc((size_t)n, sizeof(double));
     for (int64_t i = 0; i < n; i++) rp[i] = pd[i];
     float *pf = alloc_f(n);
     for (int step = 0; step < 4; step++) {
-        fill_rand(gd, n, -1, 1);
+        test_fill_rand(gd, n, -1, 1);
         for (int64_t i = 0; i < n; i++) {
             double gi = gd[i] + (double)wd * rp[i];
             if (a.has_momentum) {
@@ -974,14 +956,14 @@ static void check_adamw(float lr, float b1, float b2, float eps, float wd,
     run r;
     run_init(&r, ctx, id);
     float *pd = r.in[0], *gd = r.in[1], *md = r.in[2], *vd = r.in[3];
-    fill_rand(pd, n, -1, 1);
+    test_fill_rand(pd, n, -1, 1);
     double *rp = malloc((size_t)n * sizeof(double));
     double *rm = calloc((size_t)n, sizeof(double));
     double *rv = calloc((size_t)n, sizeof(double));
     for (int64_t i = 0; i < n; i++) rp[i] = pd[i];
     float *pf = alloc_f(n);
     for (int step = 0; step < 5; step++) {
-        fill_rand(gd, n, -1, 1);
+        test_fill_rand(gd, n, -1, 1);
         if (step == 2)
             for (int64_t i = 0; i < n; i += 7) gd[i] = 0.0f;
         double t = step + 1;

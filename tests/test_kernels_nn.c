@@ -27,24 +27,6 @@ static void set_threads(int n) {
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint32_t rnd_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-/* Uniform in [lo, hi). */
-static float rnd_f(float lo, float hi) {
-    return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / 16777216.0f;
-}
-
-static void fill_rand(float *x, int64_t n, float lo, float hi) {
-    for (int64_t i = 0; i < n; i++) x[i] = rnd_f(lo, hi);
-}
-
 static const delta_kernel_env env = {42, 0, true};
 
 /* A kernel call for op `op_id` of ctx with buffers of its own: inputs are
@@ -189,11 +171,11 @@ static void check_softmax(int ndim, const int64_t *shape, bool causal,
     run r;
     run_init(&r, ctx, last_op(ctx));
     float *xd = r.in[0];
-    fill_rand(xd, x->numel, -6.0f, 6.0f);
+    test_fill_rand(xd, x->numel, -6.0f, 6.0f);
     float *md = mask ? r.in[1] : NULL;
     if (md) {
         for (int64_t i = 0; i < bsz * tk; i++)
-            md[i] = (rnd_u32() % 3 == 0) ? 0.0f : 1.0f;
+            md[i] = (test_rng_u32() % 3 == 0) ? 0.0f : 1.0f;
         if (mask_mode == 2)
             for (int64_t i = 0; i < tk; i++) md[i] = 0.0f;
         if (mask_mode == 3)
@@ -271,7 +253,7 @@ static void test_softmax_all_masked(void) {
     delta_softmax(ctx, x, false, m);
     run r;
     run_init(&r, ctx, last_op(ctx));
-    fill_rand(r.in[0], 30, -1, 1); /* mask stays 0 */
+    test_fill_rand(r.in[0], 30, -1, 1); /* mask stays 0 */
     delta_k_softmax(&r.k);
     const float *y = r.out[0];
     for (int i = 0; i < 30; i++) CHECK(y[i] == 0.0f, "y[%d] = %g", i, y[i]);
@@ -339,14 +321,14 @@ static void check_softmax_bwd(int ndim, const int64_t *shape, bool causal,
     int64_t n = ctx->tensors[ctx->ops[fi].in[0]]->numel;
     int64_t tk = shape[ndim - 1];
     float *x = f.in[0];
-    fill_rand(x, n, -3, 3);
+    test_fill_rand(x, n, -3, 3);
     if (with_mask) {
         float *m = f.in[1];
         for (int64_t i = 0; i < shape[0] * tk; i++)
-            m[i] = rnd_u32() % 4 == 0 ? 0.0f : 1.0f;
+            m[i] = test_rng_u32() % 4 == 0 ? 0.0f : 1.0f;
     }
     float *w = b.in[1]; /* dy = weights of L = sum(w * y) */
-    fill_rand(w, n, -1, 1);
+    test_fill_rand(w, n, -1, 1);
     delta_k_softmax(&f.k);
     memcpy(b.in[0], f.out[0], (size_t)n * sizeof(float));
     delta_k_softmax_bwd(&b.k);
@@ -443,12 +425,12 @@ static void ce_pair(delta_ctx *ctx, int64_t n, int64_t v, int ignore, int *f,
 /* Targets: mostly valid, with ignore_index rows and out-of-range ones. */
 static void fill_targets(int32_t *t, int64_t n, int64_t v, int ignore) {
     for (int64_t r = 0; r < n; r++) {
-        uint32_t u = rnd_u32() % 10;
+        uint32_t u = test_rng_u32() % 10;
         t[r] = u == 0   ? ignore
                : u == 1 ? (int32_t)v
                : u == 2 ? -5
                : u == 3 ? 1000000
-                        : (int32_t)(rnd_u32() % (uint32_t)v);
+                        : (int32_t)(test_rng_u32() % (uint32_t)v);
     }
 }
 
@@ -458,7 +440,7 @@ static void check_ce(int64_t n, int64_t v, int ignore, const char *what) {
     ce_pair(ctx, n, v, ignore, &fi, &bi);
     run f;
     run_init(&f, ctx, fi);
-    fill_rand(f.in[0], n * v, -4, 4);
+    test_fill_rand(f.in[0], n * v, -4, 4);
     fill_targets(f.in[1], n, v, ignore);
     delta_k_cross_entropy(&f.k);
     float ref = (float)ce_ref(f.in[0], f.in[1], n, v, ignore);
@@ -480,7 +462,7 @@ static void test_cross_entropy(void) {
     run_init(&f, ctx, fi);
     int32_t t[4] = {-100, 3, -1, -100};
     memcpy(f.in[1], t, sizeof t);
-    fill_rand(f.in[0], 12, -1, 1);
+    test_fill_rand(f.in[0], 12, -1, 1);
     delta_k_cross_entropy(&f.k);
     CHECK(*(float *)f.out[0] == 0.0f, "loss %g", *(float *)f.out[0]);
     run b;
@@ -506,7 +488,7 @@ static void check_ce_bwd(int64_t n, int64_t v, int ignore, float dloss,
     run_init(&b, ctx, bi);
     float *lg = f.in[0];
     int32_t *tg = f.in[1];
-    fill_rand(lg, n * v, -3, 3);
+    test_fill_rand(lg, n * v, -3, 3);
     fill_targets(tg, n, v, ignore);
     memcpy(b.in[0], lg, (size_t)(n * v) * sizeof(float));
     memcpy(b.in[1], tg, (size_t)n * sizeof(int32_t));
@@ -586,7 +568,7 @@ static void test_embedding(void) {
                       INT32_MAX};
     memcpy(r.in[0], iv, sizeof iv);
     float *tb = r.in[1];
-    fill_rand(tb, 7 * 13, -1, 1);
+    test_fill_rand(tb, 7 * 13, -1, 1);
     delta_k_embedding(&r.k);
     const float *yd = r.out[0];
     for (int i = 0; i < 15; i++) {
@@ -612,9 +594,9 @@ static int emb_bwd_op(delta_ctx *ctx, int64_t n, int64_t v, int64_t d) {
 
 static void fill_ids(int32_t *ids, int64_t n, int64_t v) {
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u = rnd_u32() % 16;
+        uint32_t u = test_rng_u32() % 16;
         ids[i] = u == 0 ? -3 : u == 1 ? (int32_t)v
-                                      : (int32_t)(rnd_u32() % (uint32_t)v);
+                                      : (int32_t)(test_rng_u32() % (uint32_t)v);
     }
 }
 
@@ -627,7 +609,7 @@ static void test_embedding_bwd(void) {
     int32_t *ids = r.in[0];
     float *dy = r.in[1];
     fill_ids(ids, n, v);
-    fill_rand(dy, n * d, -1, 1);
+    test_fill_rand(dy, n * d, -1, 1);
     delta_k_embedding_bwd(&r.k);
     /* same order of float additions: bit-identical */
     float *ref = alloc_buf((size_t)(v * d) * sizeof(float), 0);
@@ -693,7 +675,7 @@ static void check_transpose(int ndim, const int64_t *shape, int d0, int d1,
     run_init(&r, ctx, last_op(ctx));
     uint32_t *xd = r.in[0];
     for (int64_t i = 0; i < x->numel; i++)
-        xd[i] = dt == DELTA_I32 ? (uint32_t)i : rnd_u32();
+        xd[i] = dt == DELTA_I32 ? (uint32_t)i : test_rng_u32();
     delta_k_transpose(&r.k);
     uint32_t *ref = alloc_buf(y->bytes, 0);
     int a0 = d0 < 0 ? d0 + ndim : d0, a1 = d1 < 0 ? d1 + ndim : d1;
@@ -867,13 +849,13 @@ static void test_determinism(void) {
     run f, b;
     run_init(&f, ctx, fi);
     int64_t n = 4 * 3 * 33 * 40;
-    fill_rand(f.in[0], n, -5, 5);
+    test_fill_rand(f.in[0], n, -5, 5);
     float *m = f.in[1];
-    for (int i = 0; i < 4 * 40; i++) m[i] = rnd_u32() % 5 ? 1.0f : 0.0f;
+    for (int i = 0; i < 4 * 40; i++) m[i] = test_rng_u32() % 5 ? 1.0f : 0.0f;
     check_deterministic(&f, ctx, delta_k_softmax, "softmax");
     run_init(&b, ctx, bi);
     memcpy(b.in[0], f.out[0], (size_t)n * 4);
-    fill_rand(b.in[1], n, -1, 1);
+    test_fill_rand(b.in[1], n, -1, 1);
     check_deterministic(&b, ctx, delta_k_softmax_bwd, "softmax_bwd");
     run_free(&f);
     run_free(&b);
@@ -882,7 +864,7 @@ static void test_determinism(void) {
     const int64_t cn = 777, cv = 301;
     ce_pair(ctx, cn, cv, -100, &fi, &bi);
     run_init(&f, ctx, fi);
-    fill_rand(f.in[0], cn * cv, -8, 8);
+    test_fill_rand(f.in[0], cn * cv, -8, 8);
     fill_targets(f.in[1], cn, cv, -100);
     check_deterministic(&f, ctx, delta_k_cross_entropy, "cross_entropy");
     run_init(&b, ctx, bi);
@@ -899,7 +881,7 @@ static void test_determinism(void) {
     run e;
     run_init(&e, ctx, eo);
     fill_ids(e.in[0], 500, 37);
-    fill_rand(e.in[1], 500 * 200, -1, 1);
+    test_fill_rand(e.in[1], 500 * 200, -1, 1);
     check_deterministic(&e, ctx, delta_k_embedding_bwd, "embedding_bwd");
     run_free(&e);
 
@@ -910,7 +892,7 @@ static void test_determinism(void) {
     delta_embedding(ctx, ids, tab);
     run_init(&e, ctx, last_op(ctx));
     fill_ids(e.in[0], 240, 50);
-    fill_rand(e.in[1], 50 * 48, -1, 1);
+    test_fill_rand(e.in[1], 50 * 48, -1, 1);
     check_deterministic(&e, ctx, delta_k_embedding, "embedding");
     run_free(&e);
 
@@ -918,30 +900,31 @@ static void test_determinism(void) {
     delta_tensor *x = input(ctx, DELTA_F32, 4, xs);
     delta_transpose(ctx, x, 1, 2);
     run_init(&e, ctx, last_op(ctx));
-    fill_rand(e.in[0], x->numel, -1, 1);
+    test_fill_rand(e.in[0], x->numel, -1, 1);
     check_deterministic(&e, ctx, delta_k_transpose, "transpose");
     run_free(&e);
     delta_transpose(ctx, x, 2, 3);
     run_init(&e, ctx, last_op(ctx));
-    fill_rand(e.in[0], x->numel, -1, 1);
+    test_fill_rand(e.in[0], x->numel, -1, 1);
     check_deterministic(&e, ctx, delta_k_transpose, "transpose last dims");
     run_free(&e);
 
     delta_tensor *parts[3];
     CHECK(delta_split(ctx, x, 3, 3, parts) == DELTA_OK);
     run_init(&e, ctx, last_op(ctx));
-    fill_rand(e.in[0], x->numel, -1, 1);
+    test_fill_rand(e.in[0], x->numel, -1, 1);
     check_deterministic(&e, ctx, delta_k_split, "split");
     run_free(&e);
     delta_concat(ctx, parts, 3, 1);
     run_init(&e, ctx, last_op(ctx));
-    for (int i = 0; i < 3; i++) fill_rand(e.in[i], parts[i]->numel, -1, 1);
+    for (int i = 0; i < 3; i++) test_fill_rand(e.in[i], parts[i]->numel, -1, 1);
     check_deterministic(&e, ctx, delta_k_concat, "concat");
     run_free(&e);
     delta_ctx_free(ctx);
 }
 
 int main(void) {
+    test_rng_seed(0x9e3779b97f4a7c15ull);
     TEST_RUN(test_softmax_plain);
     TEST_RUN(test_softmax_causal);
     TEST_RUN(test_softmax_key_mask);

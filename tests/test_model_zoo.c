@@ -626,24 +626,7 @@ static void test_loss_falls_resnet(void) {
 
 /* ---- main --------------------------------------------------------------- */
 
-static void run_one(void (*fn)(void), const char *name) {
-    test_failed_checks_ = 0;
-    test_skip_why_ = NULL;
-    fn();
-    if (test_skip_why_) {
-        test_skipped_++;
-        printf("skip %s[%s]: %s\n", name, gemm_label, test_skip_why_);
-    } else if (test_failed_checks_) {
-        test_failed_++;
-        printf("FAIL %s[%s]\n", name, gemm_label);
-    } else {
-        test_passed_++;
-        printf("ok   %s[%s]\n", name, gemm_label);
-    }
-    fflush(stdout);
-}
-
-#define GEMM_RUN(fn) run_one(fn, #fn)
+#define GEMM_RUN(fn) TEST_RUN_LABELED(fn, gemm_label)
 
 static void run_fixtures(void) {
     worst_use = 0;
@@ -669,7 +652,7 @@ int main(void) {
         run_fixtures();
     } else {
         blas_why = "this build has no OpenBLAS; the BLAS pass is skipped";
-        run_one(test_blas_pass, "fixtures");
+        test_run_(test_blas_pass, "fixtures", gemm_label);
     }
     delta_cpu_set_gemm(DELTA_GEMM_BUILTIN);
     TEST_RUN(test_every_model_builds);

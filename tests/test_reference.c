@@ -731,24 +731,7 @@ static void test_resnet_bottleneck(void) {
 /* ---- main ------------------------------------------------------------------ */
 
 /* TEST_RUN with the GEMM path in the reported name. */
-static void run_one(void (*fn)(void), const char *name) {
-    test_failed_checks_ = 0;
-    test_skip_why_ = NULL;
-    fn();
-    if (test_skip_why_) {
-        test_skipped_++;
-        printf("skip %s[%s]: %s\n", name, gemm_label, test_skip_why_);
-    } else if (test_failed_checks_) {
-        test_failed_++;
-        printf("FAIL %s[%s]\n", name, gemm_label);
-    } else {
-        test_passed_++;
-        printf("ok   %s[%s]\n", name, gemm_label);
-    }
-    fflush(stdout);
-}
-
-#define REF_RUN(fn) run_one(fn, #fn)
+#define REF_RUN(fn) TEST_RUN_LABELED(fn, gemm_label)
 
 static void run_suite(void) {
     worst_use = 0;
@@ -802,7 +785,7 @@ int main(void) {
     if (st != DELTA_OK) {
         blas_why = "delta_cpu_set_gemm(DELTA_GEMM_BLAS) failed: this build "
                    "has no OpenBLAS; the BLAS pass is skipped";
-        run_one(test_blas_pass, "reference");
+        test_run_(test_blas_pass, "reference", gemm_label);
     } else {
         run_suite();
     }
