@@ -35,28 +35,49 @@ static void put_session(void *ud, const delta_tensor *t, const void *d) {
     delta_session_write(ud, t, d, delta_tensor_bytes(t));
 }
 
-static delta_ctx *build(bool gpt) {
+/* kind 0: convnet, 1: small gpt, both with AdamW; 2: a gpt whose
+ * activations dominate (T 64, SGD), for the recomputing policies. */
+static delta_ctx *build(int kind) {
     delta_ctx *c = delta_ctx_new();
     delta_ctx_set_seed(c, 11);
-    delta_tensor *loss = gpt ? tm_gpt(c, 2, 16, 32, 4, 2, 64, 0.1f)
-                             : tm_convnet(c, 4, 12);
+    delta_tensor *loss = kind == 2   ? tm_gpt(c, 4, 64, 32, 4, 2, 64, 0.1f)
+                         : kind == 1 ? tm_gpt(c, 2, 16, 32, 4, 2, 64, 0.1f)
+                                     : tm_convnet(c, 4, 12);
     delta_backward(c, loss);
-    delta_adamw_opts o = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
-    delta_optimizer_adamw(c, o);
+    if (kind == 2) {
+        delta_sgd_opts o = {0.1f, 0, 0, false};
+        delta_optimizer_sgd(c, o);
+    } else {
+        delta_adamw_opts o = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
+        delta_optimizer_adamw(c, o);
+    }
     return c;
 }
 
 /* Trains 3 steps with the session and with the simple executor and
  * compares every parameter and state tensor bit for bit. */
-static void check_same_bits(bool gpt, size_t budget) {
-    delta_ctx *c1 = build(gpt), *c2 = build(gpt);
+static void check_same_bits_policy(int kind, size_t budget, const char *policy,
+                                   bool *infeasible);
+
+static void check_same_bits(int kind, size_t budget) {
+    check_same_bits_policy(kind, budget, NULL, NULL);
+}
+
+/* With infeasible non-NULL, a refusal (DELTA_ERR_BUDGET at creation or in
+ * a step) is reported there instead of failing the test. */
+static void check_same_bits_policy(int kind, size_t budget, const char *policy,
+                                   bool *infeasible) {
+    delta_ctx *c1 = build(kind), *c2 = build(kind);
     char err[512];
     delta_exec *ex = delta_exec_new(c1, NULL, err, sizeof err);
     delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0},
                                              err, sizeof err);
     delta_status st;
-    delta_session_opts so = {.backend = b, .budget_bytes = budget};
+    delta_session_opts so = {.backend = b, .budget_bytes = budget,
+                             .policy = policy};
     delta_session *s = delta_session_new(c2, &so, &st, err, sizeof err);
+    if (infeasible) *infeasible = !s && st == DELTA_ERR_BUDGET;
+    if (infeasible && *infeasible) goto out;
     CHECK(ex && b && s, "%s", err);
     if (!ex || !b || !s) goto out;
     for (int step = 0; step < 3; step++) {
@@ -64,7 +85,14 @@ static void check_same_bits(bool gpt, size_t budget) {
         fill_inputs(c2, step, put_session, s);
         delta_exec_run(ex, DELTA_RUN_STEP);
         delta_step_stats stats;
-        CHECK(delta_session_run(s, DELTA_RUN_STEP, &stats) == DELTA_OK);
+        delta_status rs = delta_session_run(s, DELTA_RUN_STEP, &stats);
+        if (rs == DELTA_ERR_BUDGET && infeasible) {
+            CHECK(strstr(delta_session_error(s), "cannot fit"), "%s",
+                  delta_session_error(s));
+            *infeasible = true;
+            goto out;
+        }
+        CHECK(rs == DELTA_OK, "%s", delta_session_error(s));
         CHECK(stats.peak_device_bytes <= delta_session_budget(s),
               "peak %zu above the arena %zu", stats.peak_device_bytes,
               delta_session_budget(s));
@@ -93,12 +121,34 @@ out:
 }
 
 static void test_keep_matches_executor(void) {
-    check_same_bits(true, 0);
-    check_same_bits(false, 0);
+    check_same_bits(1, 0);
+    check_same_bits(0, 0);
+}
+
+/* dtr at shrinking budgets: bit-identical to the executor and never above
+ * the budget, or a clear refusal (recompute-only: parameters, gradients and
+ * optimizer state must fit, and fragmentation can stop it). */
+static void test_dtr_exact(void) {
+    const int pct[] = {100, 70, 50, 35};
+    delta_ctx *c = build(2);
+    char err[256];
+    delta_dry_plan dp;
+    delta_dry_plan_build(c, &dp, err, sizeof err);
+    delta_ctx_free(c);
+    int ran = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t budget = dp.peak_bytes / 100 * (size_t)pct[i];
+        bool inf = false;
+        check_same_bits_policy(2, budget, "dtr", &inf);
+        printf("  dtr gpt at %d%% of %zu bytes: %s\n", pct[i], dp.peak_bytes,
+               inf ? "infeasible" : "bit-identical, within the budget");
+        ran += !inf;
+    }
+    CHECK(ran >= 2, "dtr ran at %d budgets", ran);
 }
 
 static void test_budgets(void) {
-    delta_ctx *c = build(false);
+    delta_ctx *c = build(0);
     char err[512];
     delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0},
                                              err, sizeof err);
@@ -120,7 +170,7 @@ static void test_budgets(void) {
     delta_ctx_free(c);
     /* the unlimited arena is exactly enough: the same size as a budget
      * trains to the same bits */
-    c = build(false);
+    c = build(0);
     b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0}, err, sizeof err);
     delta_session_opts su = {.backend = b};
     delta_session *s = delta_session_new(c, &su, &st, err, sizeof err);
@@ -130,7 +180,7 @@ static void test_budgets(void) {
     /* keep needs exactly the dry plan's peak: --budget 100% always fits */
     CHECK(need == dp.peak_bytes, "arena %zu vs dry peak %zu", need,
           dp.peak_bytes);
-    check_same_bits(false, need);
+    check_same_bits(0, need);
     delta_backend_free(b);
     delta_ctx_free(c);
 }
@@ -215,6 +265,7 @@ static void test_sim_paper_scale(void) {
 int main(void) {
     TEST_RUN(test_keep_matches_executor);
     TEST_RUN(test_budgets);
+    TEST_RUN(test_dtr_exact);
     TEST_RUN(test_outputs_and_access);
     TEST_RUN(test_sim_paper_scale);
     TEST_MAIN_END();

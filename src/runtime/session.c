@@ -15,6 +15,7 @@
 #include "delta/dryplan.h"
 #include "delta/pool.h"
 #include "backend/backend.h"
+#include "runtime/managed.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +43,8 @@ struct delta_session {
     int *end_start;             /* per op + 1: into ends */
     int *root_block;            /* per tensor id: its block, or -1 */
     bool *live;                 /* per block: allocated now */
+    managed *mg;                /* every policy but keep: the managed
+                                   runtime does the work */
     int64_t step;
     char err[512];
 };
@@ -148,6 +151,7 @@ out:
 
 void delta_session_free(delta_session *s) {
     if (!s) return;
+    managed_free(s->mg);
     if (s->pool) delta_backend_arena_destroy(s->b);
     delta_pool_free(s->pool);
     free(s->blocks);
@@ -179,10 +183,11 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         fail(NULL, err, err_len, "the graph has an error: %s", ctx->err);
         return NULL;
     }
-    if (o->policy && strcmp(o->policy, "keep") != 0) {
+    bool keep = !o->policy || !strcmp(o->policy, "keep");
+    if (!keep && !managed_policy_known(o->policy)) {
         *status = DELTA_ERR_UNSUPPORTED;
-        fail(NULL, err, err_len, "policy '%s' is not available yet; the "
-             "only policy is 'keep'", o->policy);
+        fail(NULL, err, err_len, "unknown policy '%s'; available: keep, dtr",
+             o->policy);
         return NULL;
     }
     delta_session *s = calloc(1, sizeof *s);
@@ -217,6 +222,13 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
              dp.min_budget_op_type, dp.min_budget_op_name,
              fmt_bytes((double)dp.min_budget_bytes, b2));
         goto fail;
+    }
+    if (!keep) {
+        s->arena_bytes = s->budget ? s->budget : dp.peak_bytes;
+        s->mg = managed_new(ctx, s->b, s->arena_bytes, o->policy, o->outputs,
+                            o->n_outputs, status, err, err_len);
+        if (!s->mg) goto fail;
+        return s;
     }
     size_t need = 0;
     *status = layout_build(s, o->outputs, o->n_outputs, &need);
@@ -293,6 +305,14 @@ static void release(delta_session *s, int k) {
 delta_status delta_session_run(delta_session *s, delta_run_mode mode,
                                delta_step_stats *stats) {
     delta_ctx *c = s->ctx;
+    if (s->mg) {
+        delta_step_stats st;
+        delta_status rc = managed_run(s->mg, mode, s->step, &st, s->err,
+                                      sizeof s->err);
+        if (rc == DELTA_OK && mode == DELTA_RUN_STEP) s->step++;
+        if (rc == DELTA_OK && stats) *stats = st;
+        return rc;
+    }
     bool fwd_only = mode != DELTA_RUN_STEP;
     delta_kernel_env env = {c->seed, s->step, mode != DELTA_RUN_EVAL};
     /* blocks kept readable after the last run (or left by a forward-only
@@ -356,8 +376,10 @@ static delta_status access_check(delta_session *s, const delta_tensor *t,
              t->bytes, bytes);
         return DELTA_ERR_INVALID_ARG;
     }
-    int b = s->root_block[delta_tensor_root(s->ctx, t->id)];
-    if (b < 0 || !s->live[b]) {
+    bool on = s->mg ? true
+                    : s->root_block[delta_tensor_root(s->ctx, t->id)] >= 0 &&
+                          s->live[s->root_block[delta_tensor_root(s->ctx, t->id)]];
+    if (!on) {
         fail(s, NULL, 0, "tensor '%s' is not on the device now: only "
              "parameters, state, inputs and tensors alive at the end of the "
              "last run (the loss, the session's outputs) can be accessed",
@@ -370,7 +392,12 @@ static delta_status access_check(delta_session *s, const delta_tensor *t,
 delta_status delta_session_write(delta_session *s, const delta_tensor *t,
                                  const void *data, size_t bytes) {
     delta_status st = access_check(s, t, bytes);
-    if (st == DELTA_OK && s->base) memcpy(addr(s, t->id), data, bytes);
+    if (st == DELTA_OK && s->mg)
+        st = managed_access(s->mg, delta_tensor_root(s->ctx, t->id),
+                            (void *)data, bytes, true);
+    else if (st == DELTA_OK && s->base)
+        memcpy(addr(s, t->id), data, bytes);
+    if (st == DELTA_ERR_STATE) fail(s, NULL, 0, "tensor '%s' is not readable now", t->name);
     return st;
 }
 
@@ -378,6 +405,15 @@ delta_status delta_session_read(delta_session *s, const delta_tensor *t,
                                 void *data, size_t bytes) {
     delta_status st = access_check(s, t, bytes);
     if (st != DELTA_OK) return st;
+    if (s->mg) {
+        st = managed_access(s->mg, delta_tensor_root(s->ctx, t->id), data,
+                            bytes, false);
+        if (st == DELTA_ERR_STATE)
+            fail(s, NULL, 0, "tensor '%s' is not readable now: only "
+                 "parameters, state, inputs and the session's outputs are",
+                 t->name);
+        return st;
+    }
     if (s->base) memcpy(data, addr(s, t->id), bytes);
     else memset(data, 0, bytes);
     return DELTA_OK;
