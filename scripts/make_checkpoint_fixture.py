@@ -48,43 +48,23 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_model_fixtures import (RESNETS, MLP, GPT2LMHeadModel,  # noqa: E402
                                  BertForMaskedLM, fill_params, gelu_tanh)
+from make_fixtures import write_safetensors as write_fixture  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "checkpoints")
-
-# safetensors dtype <-> torch dtype and struct format
-DTYPES = {"F32": (torch.float32, "f", 4), "F64": (torch.float64, "d", 8),
-          "I32": (torch.int32, "i", 4), "I64": (torch.int64, "q", 8)}
-ST_OF = {v[0]: k for k, v in DTYPES.items()}
-
-
-# ---- safetensors, pure Python ----------------------------------------------
 
 def write_safetensors(path, tensors, metadata):
     """tensors: list of (name, tensor), stored in that order with their own
     dtype (F32, F64, I32 or I64); metadata: str -> str."""
-    header, blobs, off = {}, [], 0
-    for name, t in tensors:
-        t = t.detach().cpu().contiguous()
-        st = ST_OF[t.dtype]
-        fmt = DTYPES[st][1]
-        vals = t.reshape(-1).tolist()
-        blob = struct.pack("<%d%s" % (len(vals), fmt), *vals)
-        header[name] = {"dtype": st, "shape": list(t.shape),
-                        "data_offsets": [off, off + len(blob)]}
-        blobs.append(blob)
-        off += len(blob)
-    header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
-    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    h += b" " * ((8 - len(h) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+    write_fixture(path, tensors, metadata, keep_dtype=True)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "checkpoints")
+
+# safetensors dtype -> torch dtype, struct format and size (for reading)
+DTYPES = {"F32": (torch.float32, "f", 4), "F64": (torch.float64, "d", 8),
+          "I32": (torch.int32, "i", 4), "I64": (torch.int64, "q", 8)}
+
+
+# ---- safetensors, pure Python ----------------------------------------------
 
 def read_safetensors(path):
     """Returns ({name: tensor}, metadata)."""

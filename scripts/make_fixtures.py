@@ -47,22 +47,25 @@ REF = torch.float64
 
 # ---- safetensors writer --------------------------------------------------
 
-def _st_dtype(t):
+def _st_dtype(t, keep):
+    """safetensors dtype and struct format of t: fixtures store float32 and
+    int32 (keep False); checkpoints keep each tensor's own width (keep True,
+    e.g. torchvision's I64 num_batches_tracked)."""
     if t.dtype in (torch.float32, torch.float64):
-        return "F32", "<%df"
+        return ("F64", "<%dd") if keep and t.dtype == torch.float64 else ("F32", "<%df")
     if t.dtype in (torch.int32, torch.int64):
-        return "I32", "<%di"
+        return ("I64", "<%dq") if keep and t.dtype == torch.int64 else ("I32", "<%di")
     raise ValueError("unsupported dtype %s" % t.dtype)
 
 
-def write_safetensors(path, tensors, metadata):
+def write_safetensors(path, tensors, metadata, keep_dtype=False):
     """tensors: list of (name, tensor) in file order; metadata: str -> str."""
     header = {}
     blobs = []
     off = 0
     for name, t in tensors:
         t = t.detach().cpu().contiguous()
-        st, fmt = _st_dtype(t)
+        st, fmt = _st_dtype(t, keep_dtype)
         vals = t.reshape(-1).tolist()
         blob = struct.pack(fmt % len(vals), *vals)
         header[name] = {"dtype": st, "shape": list(t.shape),
