@@ -40,6 +40,13 @@ void delta_init_fill(float *data, int64_t n, delta_init init, uint64_t seed,
     }
 }
 
+void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed) {
+    if (t->dtype == DELTA_F32 && t->init.kind != DELTA_INIT_NONE)
+        delta_init_fill(data, t->numel, t->init, seed, t->id);
+    else
+        memset(data, 0, t->bytes);
+}
+
 void delta_exec_free(delta_exec *ex) {
     if (!ex) return;
     for (int i = 0; i < ex->n_tensors; i++) delta_free_aligned(ex->base[i]);
@@ -80,10 +87,7 @@ delta_exec *delta_exec_new(delta_ctx *ctx, const delta_exec_opts *opts,
         ex->base[i] = delta_alloc_aligned(t->bytes + off);
         if (!ex->base[i]) goto nomem;
         ex->data[i] = (char *)ex->base[i] + off;
-        if (t->dtype == DELTA_F32 && t->init.kind != DELTA_INIT_NONE)
-            delta_init_fill(ex->data[i], t->numel, t->init, ctx->seed, i);
-        else
-            memset(ex->data[i], 0, t->bytes);
+        delta_init_tensor(ex->data[i], t, ctx->seed);
     }
     for (int i = 0; i < n; i++)
         if (ctx->tensors[i]->view_of >= 0)

@@ -436,10 +436,7 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, size_t budget,
             p = data ? m->host[i] : NULL;
         }
         if (!p) continue;
-        if (t->dtype == DELTA_F32 && t->init.kind != DELTA_INIT_NONE)
-            delta_init_fill(p, t->numel, t->init, ctx->seed, i);
-        else
-            memset(p, 0, t->bytes);
+        delta_init_tensor(p, t, ctx->seed);
     }
     *status = DELTA_OK;
     return m;

@@ -269,10 +269,7 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         const delta_tensor *t = ctx->tensors[bl->tensor];
         if (!data) continue;
         void *p = (char *)s->base + bl->off;
-        if (t->dtype == DELTA_F32 && t->init.kind != DELTA_INIT_NONE)
-            delta_init_fill(p, t->numel, t->init, ctx->seed, t->id);
-        else
-            memset(p, 0, t->bytes);
+        delta_init_tensor(p, t, ctx->seed);
     }
     *status = DELTA_OK;
     return s;
@@ -376,10 +373,9 @@ static delta_status access_check(delta_session *s, const delta_tensor *t,
              t->bytes, bytes);
         return DELTA_ERR_INVALID_ARG;
     }
-    bool on = s->mg ? true
-                    : s->root_block[delta_tensor_root(s->ctx, t->id)] >= 0 &&
-                          s->live[s->root_block[delta_tensor_root(s->ctx, t->id)]];
-    if (!on) {
+    if (s->mg) return DELTA_OK; /* the managed runtime checks residency */
+    int b = s->root_block[delta_tensor_root(s->ctx, t->id)];
+    if (b < 0 || !s->live[b]) {
         fail(s, NULL, 0, "tensor '%s' is not on the device now: only "
              "parameters, state, inputs and tensors alive at the end of the "
              "last run (the loss, the session's outputs) can be accessed",
