@@ -4,15 +4,19 @@
  * pool places each tensor (online on the first step, replaying the
  * lifetime planner's offsets afterwards).
  *
- * Today the only policy is "keep": every tensor stays on the device until
- * its last use, so the budget must hold the planned peak. Swap and
- * recompute policies come with the budgeted runtime. */
+ * Policies: "keep" (every tensor stays on the device until its last use,
+ * laid out once by the lifetime planner, so the budget must hold the
+ * planned peak) and the managed ones, which swap tensors to the host store
+ * and back and drop and recompute activations so that a step fits any
+ * budget from the dry plan's minimum up: swap (vDNN), checkpoint (sqrt n),
+ * dtr, capuchin, autoswap (docs/POLICIES.md). */
 #ifndef DELTA_SESSION_H
 #define DELTA_SESSION_H
 
 #include "delta/backend.h"
 #include "delta/exec.h"
 #include "delta/graph.h"
+#include "delta/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,22 +27,38 @@ typedef struct delta_session delta_session;
 typedef struct delta_session_opts {
     delta_backend *backend;   /* not owned; must outlive the session */
     size_t budget_bytes;      /* 0 = unlimited (the arena is sized to fit) */
-    const char *policy;       /* NULL or "keep" */
+    const char *policy;       /* NULL = "keep"; see delta_session_policies */
     /* Per-step tensors the caller wants to read after a run (e.g. logits
      * for accuracy). They are placed like persistent tensors. Tensors no op
      * reads (the loss) are always kept. */
     delta_tensor *const *outputs;
     int n_outputs;
+    /* Chrome trace of every run (not owned; NULL = none). */
+    delta_trace *trace;
 } delta_session_opts;
+
+/* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,
+ * capuchin, autoswap. */
+const char *const *delta_session_policies(void);
 
 /* Figures of one step. */
 typedef struct delta_step_stats {
     double step_s;               /* wall (cpu) or simulated (sim) seconds */
     size_t peak_device_bytes;    /* arena high-water mark of the step */
     size_t live_peak_bytes;      /* peak of bytes in use */
-    size_t swap_out_bytes, swap_in_bytes;
-    int recomputed_ops;
-    double recompute_s, stall_s;
+    size_t swap_out_bytes, swap_in_bytes;   /* bytes copied each way */
+    int swap_outs, swap_ins;     /* copies each way */
+    int drops;                   /* activations dropped */
+    int recomputed_ops;          /* kernels run again */
+    double recompute_s;          /* compute time spent on them */
+    double stall_s;              /* compute waiting for data: in-flight or
+                                    on-demand copies */
+    int defrag_moves;            /* blocks moved to make a contiguous gap */
+    size_t defrag_bytes;
+    /* Of the session, repeated in every step's figures: */
+    size_t baseline_peak_bytes;  /* keep with an unlimited budget (dry plan) */
+    size_t min_budget_bytes;     /* smallest budget any policy can run in */
+    size_t budget_bytes;         /* the arena */
     bool replayed;               /* the pool replayed the planned layout */
 } delta_step_stats;
 

@@ -33,6 +33,8 @@ typedef struct delta_event {
                                 cpu: the wall clock when it was recorded */
 } delta_event;
 
+#define DELTA_SPAN_HISTORY 4096
+
 typedef struct delta_backend_ops {
     /* Creates the device arena: one block of exactly `bytes`. *base gets
      * its address (NULL on sim, where only offsets exist). Replaces any
@@ -64,6 +66,11 @@ typedef struct delta_backend_ops {
     /* Blocks the host until e is complete (sim: moves the compute clock,
      * which is also the host's, to e's time). */
     void (*sync)(void *ctx, delta_event e);
+    /* When the item that e marks (the e.seq-th item of its copy stream)
+     * started and finished, on the clock below. false when it is not
+     * complete yet or too old to be remembered (the last
+     * DELTA_SPAN_HISTORY items of each copy stream are). */
+    bool (*span)(void *ctx, delta_event e, double *t0, double *t1);
     /* Seconds on the compute stream's clock: wall time (CLOCK_MONOTONIC) on
      * cpu, the virtual compute clock on sim. */
     double (*clock)(void *ctx);
@@ -121,6 +128,10 @@ static inline bool delta_backend_query(delta_backend *b, delta_event e) {
 }
 static inline void delta_backend_sync(delta_backend *b, delta_event e) {
     b->ops->sync(b->ctx, e);
+}
+static inline bool delta_backend_span(delta_backend *b, delta_event e,
+                                      double *t0, double *t1) {
+    return b->ops->span(b->ctx, e, t0, t1);
 }
 static inline double delta_backend_clock(delta_backend *b) {
     return b->ops->clock(b->ctx);

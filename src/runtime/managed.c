@@ -1,70 +1,24 @@
-/* The managed runtime (see managed.h): residency states, swap in and out,
- * drop and recompute, allocation under the budget with victims named by a
- * policy. One host thread drives it; copies go through the backend's copy
- * streams and are waited for. */
-#include "runtime/managed.h"
-#include "backend/backend.h"
-#include "delta/dryplan.h"
+/* The managed runtime (see managed.h): creation, the views policies read,
+ * the step loop with its hooks, and access to tensors between runs. The
+ * mechanics of moving bytes are in residency.c. One host thread drives it;
+ * copies run on the backend's copy streams. */
+#include "runtime/managed_impl.h"
 #include "delta/exec.h"
-#include "delta/pool.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct managed {
-    delta_ctx *ctx;
-    delta_backend *b;
-    const policy_ops *pol;
-    void *pst;
-    size_t arena;
-    void *base;
-    delta_pool *pool;
-    bool arena_made;
-    int nt;
-    bool *is_root;
-    bool *persistent;    /* params, consts, state, inputs, never-read */
-    root_view *rv;       /* per tensor id (roots only) */
-    int *pins;           /* pin counts: operands of ops being run */
-    size_t *off;         /* device offset when RES_DEVICE */
-    void **host;         /* host store buffer, or NULL */
-    bool *host_valid;    /* the host buffer holds the current data */
-    double *op_s;        /* per op: last measured seconds */
-    int cur_op;          /* op of the step being run (for deadness) */
-    int64_t ticks;       /* ops run so far, recomputations included */
-    delta_kernel_env env;
-    delta_step_stats st; /* of the step being run */
-    delta_status fail_st;
-    char err[512];
+/* ---- the policies -------------------------------------------------------- */
+
+static const policy_ops *const policies[] = {
+    &delta_policy_swap,     &delta_policy_checkpoint, &delta_policy_dtr,
+    &delta_policy_capuchin, &delta_policy_autoswap,
 };
-
-static bool failf(managed *m, delta_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool failf(managed *m, delta_status st, const char *fmt, ...) {
-    if (m->fail_st != DELTA_OK) return false;
-    m->fail_st = st;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
-    va_end(ap);
-    return false;
-}
-
-const delta_ctx *managed_ctx(const managed *m) { return m->ctx; }
-int managed_n_roots(const managed *m) { return m->nt; }
-bool managed_pinned(const managed *m, int id) { return m->pins[id] > 0; }
-const root_view *managed_root(const managed *m, int id) {
-    return id >= 0 && id < m->nt && m->is_root[id] ? &m->rv[id] : NULL;
-}
-double managed_op_seconds(const managed *m, int op) { return m->op_s[op]; }
-int64_t managed_clock(const managed *m) { return m->ticks; }
-size_t managed_arena_bytes(const managed *m) { return m->arena; }
-
-static const policy_ops *const policies[] = {&delta_policy_dtr};
+#define N_POLICIES ((int)(sizeof policies / sizeof policies[0]))
 
 static const policy_ops *policy_find(const char *name) {
-    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
+    for (int i = 0; i < N_POLICIES; i++)
         if (!strcmp(policies[i]->name, name)) return policies[i];
     return NULL;
 }
@@ -73,193 +27,100 @@ bool managed_policy_known(const char *policy) {
     return policy && policy_find(policy) != NULL;
 }
 
-static double now(managed *m) { return delta_backend_clock(m->b); }
+const char *managed_policy_name(int i) {
+    return i >= 0 && i < N_POLICIES ? policies[i]->name : NULL;
+}
 
-/* ---- moving bytes ------------------------------------------------------ */
+const char *residency_name(residency r) {
+    static const char *const n[] = {"free", "device", "to_host",
+                                    "host", "to_device", "dropped"};
+    return (unsigned)r < sizeof n / sizeof n[0] ? n[r] : "?";
+}
 
-static bool evict(managed *m, int r, bool drop) {
-    root_view *v = &m->rv[r];
-    DELTA_ASSERT(v->state == RES_DEVICE && m->pins[r] == 0);
-    if (drop) {
-        DELTA_ASSERT(v->droppable);
-        v->state = RES_DROPPED;
-    } else {
-        if (!m->host[r]) {
-            m->host[r] = delta_backend_host_alloc(m->b, v->bytes);
-            if (!m->host[r])
-                return failf(m, DELTA_ERR_NOMEM,
-                             "host memory for swapped tensors cannot be had "
-                             "(%zu bytes for '%s')",
-                             v->bytes, m->ctx->tensors[r]->name);
+/* ---- views --------------------------------------------------------------- */
+
+const delta_ctx *managed_ctx(const managed *m) { return m->ctx; }
+int managed_n_roots(const managed *m) { return m->nt; }
+bool managed_pinned(const managed *m, int id) { return m->pins[id] > 0; }
+const root_view *managed_root(const managed *m, int id) {
+    return id >= 0 && id < m->nt && m->is_root[id] ? &m->rv[id] : NULL;
+}
+bool managed_op_measured(const managed *m, int op) {
+    return m->op_measured[op];
+}
+double managed_op_seconds(const managed *m, int op) {
+    if (m->op_measured[op]) return m->op_s[op];
+    double t = delta_backend_op_cost(m->b, &m->ctx->ops[op]);
+    if (t >= 0) return t;
+    const delta_op *o = &m->ctx->ops[op];
+    return o->flops / 1e11 + o->bytes / 1e10 + 1e-6; /* ~a 2-core CPU */
+}
+double managed_now(const managed *m) { return delta_backend_clock(m->b); }
+int64_t managed_clock(const managed *m) { return m->ticks; }
+int managed_cur_op(const managed *m) { return m->cur_op; }
+int64_t managed_step(const managed *m) { return m->step; }
+bool managed_fwd_only(const managed *m) { return m->fwd_only; }
+size_t managed_budget(const managed *m) { return m->arena; }
+size_t managed_in_use(const managed *m) { return m->in_use; }
+size_t managed_arena_bytes(const managed *m) { return m->arena; }
+int64_t managed_steps_done(const managed *m) { return m->steps_done; }
+
+double managed_link_seconds(const managed *m, size_t bytes) {
+    double x = (double)bytes;
+    double nominal_lat = m->b->link_latency_s > 0 ? m->b->link_latency_s : 0;
+    double nominal_bps = m->b->link_bps > 0 ? m->b->link_bps : 10e9;
+    if (m->lk_n >= 2) {
+        double d = m->lk_n * m->lk_sxx - m->lk_sx * m->lk_sx;
+        if (d > 1e-9 * m->lk_sxx * m->lk_n) {
+            double a = (m->lk_n * m->lk_sxy - m->lk_sx * m->lk_sy) / d;
+            double b = (m->lk_sy - a * m->lk_sx) / m->lk_n;
+            if (a > 0) return (b > 0 ? b : 0) + a * x;
         }
-        if (!m->host_valid[r]) {
-            double t0 = now(m);
-            delta_backend_copy(m->b, DELTA_STREAM_TO_HOST, m->host[r],
-                               m->base ? (char *)m->base + m->off[r] : NULL,
-                               v->bytes);
-            delta_backend_sync(m->b, delta_backend_record(m->b,
-                                                          DELTA_STREAM_TO_HOST));
-            m->st.stall_s += now(m) - t0;
-            m->st.swap_out_bytes += v->bytes;
-            m->host_valid[r] = true;
-        }
-        v->state = RES_HOST;
     }
-    DELTA_ASSERT(delta_pool_release(m->pool, m->off[r]) == DELTA_OK);
-    return true;
-}
-
-/* Device bytes for something of `bytes`, evicting what the policy names
- * until they fit. */
-static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
-    while (delta_pool_alloc(m->pool, bytes, off) != DELTA_OK) {
-        bool drop = false;
-        int v = m->pol->choose_victim(m->pst, m, bytes, &drop);
-        if (v < 0) {
-            const delta_op *op = &m->ctx->ops[m->cur_op];
-            char b1[32], b2[32];
-            return failf(m, DELTA_ERR_BUDGET,
-                         "policy '%s' cannot fit op %d (%s, %s) in the budget "
-                         "%s: %s more are needed and it has nothing left to "
-                         "release",
-                         m->pol->name, op->id, delta_op_type_name(op->type),
-                         op->name, delta_format_bytes((double)m->arena, b1, 32),
-                         delta_format_bytes((double)bytes, b2, 32));
-        }
-        DELTA_ASSERTF(m->is_root[v] && m->rv[v].state == RES_DEVICE &&
-                          m->pins[v] == 0 && (!drop || m->rv[v].droppable),
-                      "policy %s named an invalid victim %d", m->pol->name, v);
-        if (!evict(m, v, drop)) return false;
+    if (m->lk_n >= 1 && m->lk_sx > 0) {
+        /* one size seen: keep the nominal latency, measure the rate */
+        double per_byte = (m->lk_sy - m->lk_n * nominal_lat) / m->lk_sx;
+        if (per_byte > 0) return nominal_lat + per_byte * x;
     }
-    return true;
+    return nominal_lat + x / nominal_bps;
 }
 
-static bool alloc_root(managed *m, int r) {
-    if (!dev_alloc(m, m->rv[r].bytes, &m->off[r])) return false;
-    m->rv[r].state = RES_DEVICE;
-    return true;
-}
-
-static void free_root(managed *m, int r) {
-    if (m->rv[r].state == RES_DEVICE)
-        DELTA_ASSERT(delta_pool_release(m->pool, m->off[r]) == DELTA_OK);
-    m->rv[r].state = RES_FREE;
-    m->host_valid[r] = false;
-}
-
-static bool dead(const managed *m, int r) {
-    return !m->persistent[r] && m->rv[r].last_use < m->cur_op;
-}
-
-static bool run_op(managed *m, const delta_op *op, bool recompute);
-
-/* Makes root r resident on the device. */
-static bool ensure(managed *m, int r) {
-    root_view *v = &m->rv[r];
-    switch (v->state) {
-    case RES_DEVICE:
-        return true;
-    case RES_HOST: {
-        m->pins[r]++;
-        bool ok = alloc_root(m, r);
-        m->pins[r]--;
-        if (!ok) return false;
-        double t0 = now(m);
-        delta_backend_copy(m->b, DELTA_STREAM_TO_DEVICE,
-                           m->base ? (char *)m->base + m->off[r] : NULL,
-                           m->host[r], v->bytes);
-        delta_backend_sync(m->b,
-                           delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE));
-        m->st.stall_s += now(m) - t0;
-        m->st.swap_in_bytes += v->bytes;
-        return true;
+static int lower_bound(const int *a, int n, int v) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (a[mid] < v) lo = mid + 1;
+        else hi = mid;
     }
-    case RES_DROPPED:
-    case RES_FREE:
-        /* dropped, or freed after its last use but needed to recompute
-         * something dropped: run its producer again */
-        DELTA_ASSERTF(v->droppable && v->producer >= 0,
-                      "tensor %d (%s) is needed but is gone", r,
-                      m->ctx->tensors[r]->name);
-        return run_op(m, &m->ctx->ops[v->producer], true);
-    }
-    return false;
+    return lo;
 }
 
-static void *addr(managed *m, int id) {
-    int r = delta_tensor_root(m->ctx, id);
-    return m->base ? (char *)m->base + m->off[r] : NULL;
+int managed_next_use(const managed *m, int r, int op) {
+    const root_view *v = managed_root(m, r);
+    if (!v) return -1;
+    int k = lower_bound(v->acc, v->n_acc, op + 1);
+    return k < v->n_acc ? v->acc[k] : -1;
 }
 
-/* Runs op (a step's op, or a recomputation of a forward op). */
-static bool run_op(managed *m, const delta_op *op, bool recompute) {
-    const delta_ctx *c = m->ctx;
-    int roots[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT], nr = 0;
-    for (int j = 0; j < op->n_in; j++) roots[nr++] = delta_tensor_root(c, op->in[j]);
-    for (int j = 0; j < op->n_out; j++) roots[nr++] = delta_tensor_root(c, op->out[j]);
-    for (int j = 0; j < nr; j++) m->pins[roots[j]]++;
-    bool ok = true;
-    bool temp[DELTA_MAX_OP_OUT] = {false};
-    for (int j = 0; ok && j < op->n_in; j++) ok = ensure(m, roots[j]);
-    for (int j = 0; ok && j < op->n_out; j++) {
-        int r = roots[op->n_in + j];
-        if (m->rv[r].state == RES_DEVICE) continue;
-        if (m->rv[r].state == RES_HOST && !recompute) {
-            ok = ensure(m, r); /* in-place update of a swapped tensor */
-            continue;
-        }
-        temp[j] = recompute && m->rv[r].state == RES_FREE;
-        ok = alloc_root(m, r);
-    }
-    size_t ws_off = 0;
-    bool ws = ok && op->workspace;
-    if (ws) ok = dev_alloc(m, op->workspace, &ws_off);
-    if (ok) {
-        delta_kargs k = {.op = op, .env = &m->env};
-        for (int j = 0; j < op->n_in; j++) {
-            k.in_t[j] = c->tensors[op->in[j]];
-            k.in[j] = addr(m, op->in[j]);
-        }
-        for (int j = 0; j < op->n_out; j++) {
-            k.out_t[j] = c->tensors[op->out[j]];
-            k.out[j] = addr(m, op->out[j]);
-        }
-        if (ws && m->base) k.ws = (char *)m->base + ws_off;
-        double t0 = now(m);
-        delta_backend_run(m->b, &k);
-        double dt = now(m) - t0;
-        m->ticks++;
-        if (recompute) {
-            m->st.recomputed_ops++;
-            m->st.recompute_s += dt;
-        } else {
-            m->op_s[op->id] = dt;
-        }
-        for (int j = 0; j < op->n_out; j++) {
-            int r = roots[op->n_in + j];
-            if (!recompute) m->host_valid[r] = false; /* new data */
-            m->rv[r].last_access = managed_clock(m);
-        }
-        for (int j = 0; j < op->n_in; j++)
-            m->rv[roots[j]].last_access = managed_clock(m);
-    }
-    if (ws) DELTA_ASSERT(delta_pool_release(m->pool, ws_off) == DELTA_OK);
-    for (int j = 0; j < nr; j++) m->pins[roots[j]]--;
-    if (ok && recompute) {
-        /* outputs made only for this and inputs past their last use go */
-        for (int j = 0; j < op->n_out; j++)
-            if (temp[j] && dead(m, roots[op->n_in + j]) &&
-                m->pins[roots[op->n_in + j]] == 0)
-                free_root(m, roots[op->n_in + j]);
-        for (int j = 0; j < op->n_in; j++)
-            if (dead(m, roots[j]) && m->pins[roots[j]] == 0 &&
-                m->rv[roots[j]].state == RES_DEVICE)
-                free_root(m, roots[j]);
-    }
-    return ok;
+int managed_prev_use(const managed *m, int r, int op) {
+    const root_view *v = managed_root(m, r);
+    if (!v) return -1;
+    int k = lower_bound(v->acc, v->n_acc, op);
+    return k > 0 ? v->acc[k - 1] : -1;
 }
 
-/* ---- the step ---------------------------------------------------------- */
+size_t managed_op_alloc_bytes(const managed *m, int op) {
+    const delta_op *o = &m->ctx->ops[op];
+    size_t n = o->workspace ? delta_pool_round(o->workspace) : 0;
+    if (o->inplace) return n;
+    for (int j = 0; j < o->n_out; j++) {
+        int r = delta_tensor_root(m->ctx, o->out[j]);
+        if (m->ctx->tensors[r]->producer == op) n += m->rv[r].bytes;
+    }
+    return n;
+}
+
+/* ---- the step ------------------------------------------------------------ */
 
 delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
                          delta_step_stats *stats, char *err, size_t err_len) {
@@ -268,34 +129,50 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         snprintf(err, err_len, "%s", m->err);
         return m->fail_st;
     }
-    bool fwd_only = mode != DELTA_RUN_STEP;
+    m->fwd_only = mode != DELTA_RUN_STEP;
+    m->step = step;
     m->env = (delta_kernel_env){c->seed, step, mode != DELTA_RUN_EVAL};
     memset(&m->st, 0, sizeof m->st);
-    /* what the last run left (outputs read after it, forward-only leftovers) */
+    /* what the last run left: outputs read after it, forward leftovers */
+    mg_drain(m);
     for (int r = 0; r < m->nt; r++)
-        if (m->is_root[r] && !m->persistent[r] && m->rv[r].state != RES_FREE)
-            free_root(m, r);
+        if (m->is_root[r] && !m->rv[r].persistent &&
+            m->rv[r].state != RES_FREE)
+            mg_free_root(m, r);
     delta_pool_reset_peaks(m->pool);
-    double t0 = now(m);
-    bool ok = true;
+    double t0 = managed_now(m);
+    m->cur_op = -1;
+    if (m->pol->begin_step) m->pol->begin_step(m->pst, m, step, m->fwd_only);
+    bool ok = m->fail_st == DELTA_OK;
     for (int i = 0; ok && i < c->n_ops; i++) {
         const delta_op *op = &c->ops[i];
-        if (fwd_only && op->phase != DELTA_PHASE_FORWARD) continue;
+        if (m->fwd_only && op->phase != DELTA_PHASE_FORWARD) continue;
         m->cur_op = i;
-        ok = run_op(m, op, false);
+        mg_reap(m);
+        if (m->pol->before_op) m->pol->before_op(m->pst, m, i);
+        ok = m->fail_st == DELTA_OK && mg_run_op(m, op, false);
         for (int j = 0; ok && j < op->n_in + op->n_out; j++) {
             int id = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
             int r = delta_tensor_root(c, id);
-            if (!m->persistent[r] && m->rv[r].last_use == i &&
-                m->rv[r].state != RES_FREE)
-                free_root(m, r);
+            const root_view *v = &m->rv[r];
+            int end = m->fwd_only ? m->end_fwd[r] : v->last_use;
+            if (!v->persistent && end == i && v->state != RES_FREE)
+                mg_free_root(m, r);
         }
+        if (ok && m->pol->after_op) m->pol->after_op(m->pst, m, i);
+        ok = ok && m->fail_st == DELTA_OK;
     }
-    double t1 = now(m);
-    if (!ok) {
+    m->cur_op = -1;
+    if (ok) mg_drain(m); /* a step ends when its copies have landed */
+    if (m->pol->end_step) m->pol->end_step(m->pst, m, ok);
+    double t1 = managed_now(m);
+    if (!ok || m->fail_st != DELTA_OK) {
+        if (m->fail_st == DELTA_OK)
+            mg_failf(m, DELTA_ERR_STATE, "the run failed");
         snprintf(err, err_len, "%s", m->err);
         return m->fail_st;
     }
+    if (mode == DELTA_RUN_STEP) m->steps_done++;
     if (stats) {
         delta_pool_stats ps;
         delta_pool_get_stats(m->pool, &ps);
@@ -309,108 +186,186 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
 
 delta_status managed_access(managed *m, int r, void *data, size_t bytes,
                             bool write) {
-    if (!m->is_root[r] || m->rv[r].state == RES_FREE ||
-        m->rv[r].state == RES_DROPPED)
-        return DELTA_ERR_STATE;
     (void)bytes;
+    if (!m->is_root[r]) return DELTA_ERR_STATE;
+    mg_drain(m);
+    root_view *v = &m->rv[r];
     size_t n = m->ctx->tensors[r]->bytes;
-    if (m->rv[r].state == RES_HOST) {
+    bool data_ok = delta_backend_has_data(m->b);
+    switch (v->state) {
+    case RES_HOST:
+        if (!data_ok) break;
         if (write) memcpy(m->host[r], data, n);
         else memcpy(data, m->host[r], n);
         return DELTA_OK;
-    }
-    if (!m->base) {
-        if (!write) memset(data, 0, n);
+    case RES_DEVICE:
+    case RES_TO_HOST: /* pinned swap-outs cannot outlive a run */
+        if (!data_ok) break;
+        if (write) {
+            memcpy((char *)m->base + m->off[r], data, n);
+            v->host_valid = false;
+        } else {
+            memcpy(data, (char *)m->base + m->off[r], n);
+        }
         return DELTA_OK;
+    case RES_FREE:
+    case RES_DROPPED:
+    case RES_TO_DEVICE:
+        return DELTA_ERR_STATE;
     }
-    char *p = (char *)m->base + m->off[r];
-    if (write) {
-        memcpy(p, data, n);
-        m->host_valid[r] = false;
-    } else {
-        memcpy(data, p, n);
-    }
+    if (!write) memset(data, 0, n);
     return DELTA_OK;
 }
 
-/* ---- creation ---------------------------------------------------------- */
+/* ---- creation ------------------------------------------------------------ */
 
 void managed_free(managed *m) {
     if (!m) return;
+    if (m->b) delta_backend_sync_copies(m->b);
     if (m->pol && m->pst) m->pol->destroy(m->pst);
     for (int r = 0; r < m->nt && m->host; r++)
         if (m->host[r]) delta_backend_host_free(m->b, m->host[r]);
     if (m->arena_made) delta_backend_arena_destroy(m->b);
     delta_pool_free(m->pool);
     free(m->is_root);
-    free(m->persistent);
     free(m->rv);
+    free(m->acc_start);
+    free(m->acc_ops);
+    free(m->end_fwd);
     free(m->pins);
     free(m->off);
     free(m->host);
-    free(m->host_valid);
+    free(m->ev);
+    free(m->free_after);
+    free(m->inflight);
+    free(m->scratch);
     free(m->op_s);
+    free(m->op_measured);
     free(m);
 }
 
-managed *managed_new(delta_ctx *ctx, delta_backend *b, size_t budget,
-                     const char *policy, delta_tensor *const *outs,
-                     int n_outs, delta_status *status, char *err,
-                     size_t err_len) {
+/* Accesses of every root (reads and in-place writes), as CSR arrays. */
+static bool build_accesses(managed *m) {
+    const delta_ctx *c = m->ctx;
+    int nt = m->nt, no = m->no;
+    m->acc_start = calloc((size_t)nt + 2, sizeof(int));
+    if (!m->acc_start) return false;
+    /* count, then fill; an op touching a root twice counts once */
+    for (int pass = 0; pass < 2; pass++) {
+        int *fill = NULL;
+        if (pass == 1) {
+            for (int r = 0; r < nt; r++) m->acc_start[r + 1] += m->acc_start[r];
+            m->acc_ops = malloc(sizeof(int) * ((size_t)m->acc_start[nt] + 1));
+            fill = calloc((size_t)nt + 1, sizeof(int));
+            if (!m->acc_ops || !fill) {
+                free(fill);
+                return false;
+            }
+        }
+        for (int i = 0; i < no; i++) {
+            const delta_op *op = &c->ops[i];
+            int seen[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT], ns = 0;
+            for (int j = 0; j < op->n_in + op->n_out; j++) {
+                int id = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+                if (j >= op->n_in && !op->inplace) continue; /* production */
+                int r = delta_tensor_root(c, id);
+                bool dup = false;
+                for (int k = 0; k < ns; k++) dup |= seen[k] == r;
+                if (dup) continue;
+                seen[ns++] = r;
+                if (pass == 0) m->acc_start[r + 1]++;
+                else m->acc_ops[m->acc_start[r] + fill[r]++] = i;
+            }
+        }
+        free(fill);
+    }
+    for (int r = 0; r < nt; r++) {
+        m->rv[r].acc = m->acc_ops + m->acc_start[r];
+        m->rv[r].n_acc = m->acc_start[r + 1] - m->acc_start[r];
+    }
+    return true;
+}
+
+managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
+                     delta_status *status, char *err, size_t err_len) {
     managed *m = calloc(1, sizeof *m);
     int nt = ctx->n_tensors, no = ctx->n_ops;
     if (!m) goto nomem;
     m->ctx = ctx;
     m->b = b;
     m->nt = nt;
-    m->arena = budget;
-    m->pol = policy_find(policy);
+    m->no = no;
+    m->arena = o->budget;
+    m->trace = o->trace;
+    m->cur_op = -1;
+    m->pol = policy_find(o->policy);
     DELTA_ASSERT(m->pol);
-    m->is_root = calloc((size_t)nt + 1, sizeof(bool));
-    m->persistent = calloc((size_t)nt + 1, sizeof(bool));
-    m->rv = calloc((size_t)nt + 1, sizeof(root_view));
-    m->pins = calloc((size_t)nt + 1, sizeof(int));
-    m->off = calloc((size_t)nt + 1, sizeof(size_t));
-    m->host = calloc((size_t)nt + 1, sizeof(void *));
-    m->host_valid = calloc((size_t)nt + 1, sizeof(bool));
+    size_t n1 = (size_t)nt + 1;
+    m->is_root = calloc(n1, sizeof(bool));
+    m->rv = calloc(n1, sizeof(root_view));
+    m->end_fwd = calloc(n1, sizeof(int));
+    m->pins = calloc(n1, sizeof(int));
+    m->off = calloc(n1, sizeof(size_t));
+    m->host = calloc(n1, sizeof(void *));
+    m->ev = calloc(n1, sizeof(delta_event));
+    m->free_after = calloc(n1, sizeof(bool));
+    m->inflight = calloc(n1, sizeof(int));
+    m->scratch = calloc(n1, sizeof(mg_slot));
     m->op_s = calloc((size_t)no + 1, sizeof(double));
-    if (!m->is_root || !m->persistent || !m->rv || !m->pins || !m->off ||
-        !m->host || !m->host_valid || !m->op_s)
+    m->op_measured = calloc((size_t)no + 1, sizeof(bool));
+    if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
+        !m->host || !m->ev || !m->free_after || !m->inflight || !m->scratch ||
+        !m->op_s || !m->op_measured)
         goto nomem;
     for (int i = 0; i < nt; i++) {
         const delta_tensor *t = ctx->tensors[i];
         if (t->view_of >= 0) continue;
         m->is_root[i] = true;
+        m->rv[i].kind = t->kind;
         m->rv[i].bytes = delta_pool_round(t->bytes);
         m->rv[i].producer = t->producer;
         m->rv[i].last_use = -1;
+        m->end_fwd[i] = t->producer;
     }
-    for (int i = 0; i < no; i++)
-        for (int j = 0; j < ctx->ops[i].n_in; j++)
-            m->rv[delta_tensor_root(ctx, ctx->ops[i].in[j])].last_use = i;
+    if (!build_accesses(m)) goto nomem;
+    bool *written_in_place = calloc(n1, sizeof(bool));
+    if (!written_in_place) goto nomem;
+    for (int i = 0; i < no; i++) {
+        const delta_op *op = &ctx->ops[i];
+        for (int j = 0; j < op->n_in; j++) {
+            int r = delta_tensor_root(ctx, op->in[j]);
+            m->rv[r].last_use = i;
+            if (op->phase == DELTA_PHASE_FORWARD && i > m->end_fwd[r])
+                m->end_fwd[r] = i;
+        }
+        if (op->inplace)
+            for (int j = 0; j < op->n_out; j++)
+                written_in_place[delta_tensor_root(ctx, op->out[j])] = true;
+    }
     for (int i = 0; i < nt; i++) {
         if (!m->is_root[i]) continue;
         const delta_tensor *t = ctx->tensors[i];
         root_view *v = &m->rv[i];
-        m->persistent[i] = delta_kind_persistent(t->kind) ||
-                           t->kind == DELTA_KIND_INPUT || t->producer < 0 ||
-                           v->last_use < 0;
-        v->droppable = !m->persistent[i] && t->kind == DELTA_KIND_ACTIVATION &&
+        v->persistent = delta_kind_persistent(t->kind) ||
+                        t->kind == DELTA_KIND_INPUT || t->producer < 0 ||
+                        v->last_use < 0;
+        v->droppable = !v->persistent && t->kind == DELTA_KIND_ACTIVATION &&
                        ctx->ops[t->producer].recomputable &&
-                       !ctx->ops[t->producer].inplace;
+                       !ctx->ops[t->producer].inplace && !written_in_place[i];
     }
-    for (int k = 0; k < n_outs; k++) {
-        int r = delta_tensor_root(ctx, outs[k]->id);
-        m->persistent[r] = true;
+    free(written_in_place);
+    for (int k = 0; k < o->n_outs; k++) {
+        int r = delta_tensor_root(ctx, o->outs[k]->id);
+        m->rv[r].persistent = true;
         m->rv[r].droppable = false;
     }
     char perr[256];
-    m->pool = delta_pool_new(budget, nt + no + 2, perr, sizeof perr);
+    m->pool = delta_pool_new(o->budget, nt + no + 2, perr, sizeof perr);
     if (!m->pool) goto nomem;
-    *status = delta_backend_arena_create(b, budget, &m->base);
+    *status = delta_backend_arena_create(b, o->budget, &m->base);
     if (*status != DELTA_OK) {
         snprintf(err, err_len, "cannot create a device arena of %zu bytes",
-                 budget);
+                 o->budget);
         managed_free(m);
         return NULL;
     }
@@ -418,26 +373,29 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, size_t budget,
     m->pst = m->pol->create(m);
     if (!m->pst) goto nomem;
     /* persistent tensors: on the device while they fit, else in the host
-     * store (the policy brings them in when an op needs them) */
+     * store (brought in when an op needs them) */
     bool data = delta_backend_has_data(b);
     for (int i = 0; i < nt; i++) {
-        if (!m->is_root[i] || !m->persistent[i] || ctx->tensors[i]->producer >= 0)
+        if (!m->is_root[i] || !m->rv[i].persistent ||
+            ctx->tensors[i]->producer >= 0)
             continue;
         const delta_tensor *t = ctx->tensors[i];
+        root_view *v = &m->rv[i];
         void *p;
-        if (delta_pool_alloc(m->pool, m->rv[i].bytes, &m->off[i]) == DELTA_OK) {
-            m->rv[i].state = RES_DEVICE;
+        if (delta_pool_alloc(m->pool, v->bytes, &m->off[i]) == DELTA_OK) {
+            m->in_use += v->bytes;
+            v->state = RES_DEVICE;
             p = m->base ? (char *)m->base + m->off[i] : NULL;
         } else {
-            m->host[i] = delta_backend_host_alloc(b, m->rv[i].bytes);
+            m->host[i] = delta_backend_host_alloc(b, v->bytes);
             if (!m->host[i]) goto nomem;
-            m->rv[i].state = RES_HOST;
-            m->host_valid[i] = true;
+            v->state = RES_HOST;
+            v->host_valid = true;
             p = data ? m->host[i] : NULL;
         }
-        if (!p) continue;
-        delta_init_tensor(p, t, ctx->seed);
+        if (p) delta_init_tensor(p, t, ctx->seed);
     }
+    mg_trace_memory(m);
     *status = DELTA_OK;
     return m;
 nomem:

@@ -1,17 +1,23 @@
 /* The managed runtime: runs a step program inside a budget with tensors
- * that come and go. Every storage root has a residency state; before an op
- * runs its inputs are made resident (swapped in from the host store, or
- * recomputed from their producers, recursively), its outputs and workspace
- * are allocated from the pool, and when an allocation does not fit the
- * policy names victims to swap out or drop. The policy decides; this file
- * acts. The session (session.c) uses it for every policy but keep.
+ * that come and go. Every storage root ("root") has a residency state;
+ * before an op runs its inputs are made resident (waited for when a copy
+ * is in flight, swapped in from the host store, or recomputed from their
+ * producers, recursively), its outputs and workspace are allocated from a
+ * pool of exactly the budget, and when an allocation does not fit the
+ * runtime first collects finished swap-outs, then compacts the arena when
+ * the free bytes suffice but no gap does, then waits for swap-outs in
+ * flight, and only then asks the policy for victims to swap out or drop.
  *
- * Today swaps are synchronous (the copy is waited for), which is exact and
- * keeps the budget; overlapping them with compute is the next step. */
+ * A policy (policy_ops) decides; this runtime acts. Policies see the
+ * program, every root's state and accesses, measured op times and the
+ * measured link, and act through the managed_* actions below, from their
+ * per-step and per-op hooks. The session (session.c) uses this for every
+ * policy but keep; docs/POLICIES.md describes each policy. */
 #ifndef DELTA_MANAGED_H
 #define DELTA_MANAGED_H
 
 #include "delta/session.h"
+#include "delta/trace.h"
 #include "graph/graph_impl.h"
 
 typedef struct managed managed;
@@ -20,48 +26,132 @@ typedef enum residency {
     RES_FREE = 0,   /* not allocated: before its producer or after its last
                        use */
     RES_DEVICE,     /* in the arena */
+    RES_TO_HOST,    /* being copied to the host store; the device copy is
+                       still there and readable; its bytes are released
+                       when the copy is complete */
     RES_HOST,       /* only in the host store */
+    RES_TO_DEVICE,  /* device bytes held, copy from the host in flight */
     RES_DROPPED,    /* nowhere: recomputed from its producer when needed */
 } residency;
 
-/* What a policy sees of one storage root. */
+const char *residency_name(residency r);
+
+/* What a policy sees of one root. Accesses are the ops of the step program
+ * that read or write the root (in place), in program order. */
 typedef struct root_view {
     residency state;
+    delta_tensor_kind kind;
     size_t bytes;        /* rounded to the pool's alignment */
     int producer;        /* op id, -1 for leaves */
-    int last_use;        /* last op of the step reading it (step mode) */
+    int last_use;        /* last op of the step reading it; -1 none */
+    bool persistent;     /* lives across steps (params, state, inputs, ...) */
     bool droppable;      /* an activation whose producer is recomputable */
+    bool host_valid;     /* the host store holds its current bytes, so a
+                            swap-out needs no copy */
     int64_t last_access; /* access counter at its last use (staleness) */
+    int n_acc;
+    const int *acc;      /* the accessing ops, ascending */
 } root_view;
 
-/* A policy: decides which roots leave the device and how. */
+/* Events the runtime reports to a policy (on_event). */
+typedef enum managed_event {
+    MEV_DROPPED,     /* r was dropped (by the policy or as a victim) */
+    MEV_SWAPPED_OUT, /* r's swap-out was issued */
+    MEV_RESIDENT,    /* r came back: recomputed or swapped in */
+    MEV_LATE,        /* an op needed r and had to wait for it (wait_s:
+                        seconds compute stalled; r was in flight, on the
+                        host, or dropped) */
+} managed_event;
+
+/* A policy: a function table. Only name, create, destroy are required. */
 typedef struct policy_ops {
     const char *name;
     void *(*create)(managed *m);
     void (*destroy)(void *p);
-    /* Called when an allocation of `need` bytes does not fit: returns a
-     * root to evict, with *drop true to drop it (droppable roots only) or
-     * false to swap it out; -1 when it has nothing to offer. */
+    /* Before the first op of a run (fwd_only for forward and eval runs). */
+    void (*begin_step)(void *p, managed *m, int64_t step, bool fwd_only);
+    /* After the last op of a run, whether or not it succeeded. */
+    void (*end_step)(void *p, managed *m, bool ok);
+    /* Before op i makes its inputs resident, and after op i ran and its
+     * dead tensors were freed. The op's operands are pinned in between. */
+    void (*before_op)(void *p, managed *m, int op);
+    void (*after_op)(void *p, managed *m, int op);
+    /* Called when an allocation of `need` bytes does not fit even after
+     * the runtime collected finished copies, compacted the arena and
+     * waited for swap-outs in flight: returns a root in RES_DEVICE,
+     * unpinned, to evict, with *drop true to drop it (droppable roots
+     * only) or false to swap it out (the runtime then waits for the copy);
+     * -1 when the policy has nothing to offer (the run fails with a
+     * message naming the op). NULL: never anything to offer. */
     int (*choose_victim)(void *p, managed *m, size_t need, bool *drop);
+    void (*on_event)(void *p, managed *m, int r, managed_event ev,
+                     double wait_s);
 } policy_ops;
 
-extern const policy_ops delta_policy_dtr;
+extern const policy_ops delta_policy_swap, delta_policy_checkpoint,
+    delta_policy_dtr, delta_policy_capuchin, delta_policy_autoswap;
 
-/* Views for policies. */
+/* ---- views for policies ------------------------------------------------ */
 const delta_ctx *managed_ctx(const managed *m);
-int managed_n_roots(const managed *m);
+int managed_n_roots(const managed *m);     /* root ids are < this */
+const root_view *managed_root(const managed *m, int id); /* NULL: no root */
 /* An operand of an op being run (or recomputed): not evictable. */
 bool managed_pinned(const managed *m, int id);
-const root_view *managed_root(const managed *m, int id); /* NULL if no root */
-double managed_op_seconds(const managed *m, int op);     /* last measured */
-int64_t managed_clock(const managed *m);                 /* access counter */
+/* Seconds op takes: the last measurement, else the backend's cost model,
+ * else an estimate from its flops and bytes. */
+double managed_op_seconds(const managed *m, int op);
+bool managed_op_measured(const managed *m, int op);
+/* Seconds one copy of bytes takes on the link, from a linear model
+ * (latency + bytes / bandwidth) fitted to the copies measured so far, the
+ * backend's nominal link before that. */
+double managed_link_seconds(const managed *m, size_t bytes);
+double managed_now(const managed *m);      /* the backend's clock, s */
+int64_t managed_clock(const managed *m);   /* ops run so far (accesses) */
+int managed_cur_op(const managed *m);      /* op being run, -1 between */
+int64_t managed_step(const managed *m);    /* step of the current run */
+bool managed_fwd_only(const managed *m);   /* current run is forward only */
+size_t managed_budget(const managed *m);
+size_t managed_in_use(const managed *m);   /* device bytes held now */
+/* First access of r after op (op < that ≤ last op of the program), or -1;
+ * last access of r before op, or -1. */
+int managed_next_use(const managed *m, int r, int op);
+int managed_prev_use(const managed *m, int r, int op);
+/* Bytes of op's workspace and of its outputs' roots (what running it
+ * allocates). */
+size_t managed_op_alloc_bytes(const managed *m, int op);
+/* Steps (DELTA_RUN_STEP runs) completed by this runtime. */
+int64_t managed_steps_done(const managed *m);
 
-/* outs: per-step tensors the caller reads after a run (kept on the device
- * or in the host store until the next run). */
-managed *managed_new(delta_ctx *ctx, delta_backend *b, size_t budget,
-                     const char *policy, delta_tensor *const *outs,
-                     int n_outs, delta_status *status, char *err,
-                     size_t err_len);
+/* ---- actions ----------------------------------------------------------- */
+/* Starts copying r (RES_DEVICE, unpinned) to the host store on the to-host
+ * stream; its device bytes are released once the copy is complete (at the
+ * next op boundary or allocation). Immediate when the host copy is already
+ * valid. false when r is not in a state to swap out or host memory cannot
+ * be had (then the run fails). */
+bool managed_swap_out(managed *m, int r);
+/* Starts copying r (RES_HOST) back on the to-device stream into device
+ * bytes taken without evicting anything; ops that need r wait for the copy.
+ * false (and nothing done) when r is not on the host or no gap fits. */
+bool managed_prefetch(managed *m, int r);
+/* Drops r (RES_DEVICE, droppable, unpinned). false when it cannot be. */
+bool managed_drop(managed *m, int r);
+/* Makes r resident now (recomputing a dropped r ahead of its use, or
+ * swapping it in); may evict through choose_victim. false on failure (the
+ * run then fails). */
+bool managed_recompute(managed *m, int r);
+
+/* ---- the session's side ------------------------------------------------ */
+typedef struct managed_opts {
+    size_t budget;                 /* the arena */
+    const char *policy;
+    delta_tensor *const *outs;     /* per-step tensors the caller reads after
+                                      a run (kept until the next run) */
+    int n_outs;
+    delta_trace *trace;            /* may be NULL */
+} managed_opts;
+
+managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
+                     delta_status *status, char *err, size_t err_len);
 void managed_free(managed *m);
 delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
                          delta_step_stats *stats, char *err, size_t err_len);
@@ -72,5 +162,7 @@ delta_status managed_access(managed *m, int root, void *data, size_t bytes,
 size_t managed_arena_bytes(const managed *m);
 /* True when policy names a managed policy. */
 bool managed_policy_known(const char *policy);
+/* Name of the i-th managed policy, NULL past the last. */
+const char *managed_policy_name(int i);
 
 #endif

@@ -45,6 +45,8 @@ struct delta_session {
     bool *live;                 /* per block: allocated now */
     managed *mg;                /* every policy but keep: the managed
                                    runtime does the work */
+    delta_trace *trace;
+    size_t baseline, min_budget; /* from the dry plan */
     int64_t step;
     char err[512];
 };
@@ -186,8 +188,12 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     bool keep = !o->policy || !strcmp(o->policy, "keep");
     if (!keep && !managed_policy_known(o->policy)) {
         *status = DELTA_ERR_UNSUPPORTED;
-        fail(NULL, err, err_len, "unknown policy '%s'; available: keep, dtr",
-             o->policy);
+        char list[256] = "";
+        for (const char *const *p = delta_session_policies(); *p; p++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                     p == delta_session_policies() ? "" : ", ", *p);
+        fail(NULL, err, err_len, "unknown policy '%s'; the policies are: %s",
+             o->policy, list);
         return NULL;
     }
     delta_session *s = calloc(1, sizeof *s);
@@ -195,6 +201,7 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     s->ctx = ctx;
     s->b = o->backend;
     s->budget = o->budget_bytes;
+    s->trace = o->trace;
     for (int k = 0; k < o->n_outputs; k++) {
         const delta_tensor *t = o->outputs[k];
         if (!t || t->ctx != ctx) {
@@ -223,10 +230,14 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
              fmt_bytes((double)dp.min_budget_bytes, b2));
         goto fail;
     }
+    s->baseline = dp.peak_bytes;
+    s->min_budget = dp.min_budget_bytes;
     if (!keep) {
         s->arena_bytes = s->budget ? s->budget : dp.peak_bytes;
-        s->mg = managed_new(ctx, s->b, s->arena_bytes, o->policy, o->outputs,
-                            o->n_outputs, status, err, err_len);
+        if (s->arena_bytes < DELTA_POOL_ALIGN) s->arena_bytes = DELTA_POOL_ALIGN;
+        managed_opts mo = {s->arena_bytes, o->policy, o->outputs, o->n_outputs,
+                           o->trace};
+        s->mg = managed_new(ctx, s->b, &mo, status, err, err_len);
         if (!s->mg) goto fail;
         return s;
     }
@@ -286,17 +297,27 @@ static void *addr(delta_session *s, int tensor) {
     return s->base && b >= 0 ? (char *)s->base + s->blocks[b].off : NULL;
 }
 
+static void trace_memory(delta_session *s) {
+    if (!s->trace) return;
+    delta_pool_stats ps;
+    delta_pool_get_stats(s->pool, &ps);
+    delta_trace_memory(s->trace, delta_backend_clock(s->b), ps.live_bytes,
+                       s->arena_bytes);
+}
+
 static void claim(delta_session *s, int k) {
     const sblock *b = &s->blocks[k];
     DELTA_ASSERTF(delta_pool_alloc_at(s->pool, b->off, b->size) == DELTA_OK,
                   "planned offset %zu of block %d is not free: %s", b->off, k,
                   delta_pool_error(s->pool));
     s->live[k] = true;
+    trace_memory(s);
 }
 
 static void release(delta_session *s, int k) {
     DELTA_ASSERT(delta_pool_release(s->pool, s->blocks[k].off) == DELTA_OK);
     s->live[k] = false;
+    trace_memory(s);
 }
 
 delta_status delta_session_run(delta_session *s, delta_run_mode mode,
@@ -307,6 +328,9 @@ delta_status delta_session_run(delta_session *s, delta_run_mode mode,
         delta_status rc = managed_run(s->mg, mode, s->step, &st, s->err,
                                       sizeof s->err);
         if (rc == DELTA_OK && mode == DELTA_RUN_STEP) s->step++;
+        st.baseline_peak_bytes = s->baseline;
+        st.min_budget_bytes = s->min_budget;
+        st.budget_bytes = s->arena_bytes;
         if (rc == DELTA_OK && stats) *stats = st;
         return rc;
     }
@@ -341,7 +365,15 @@ delta_status delta_session_run(delta_session *s, delta_run_mode mode,
             k.out_t[j] = c->tensors[op->out[j]];
             k.out[j] = addr(s, op->out[j]);
         }
+        double o0 = s->trace ? delta_backend_clock(s->b) : 0;
         delta_backend_run(s->b, &k);
+        if (s->trace) {
+            char args[64];
+            snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", i,
+                     (long long)s->step);
+            delta_trace_span(s->trace, DELTA_TRACK_COMPUTE, op->name, "op", o0,
+                             delta_backend_clock(s->b), args);
+        }
         if (i == end) break; /* blocks alive to the end stay readable */
         for (int e = s->end_start[i]; e < s->end_start[i + 1]; e++) {
             int b = s->ends[e];
@@ -358,6 +390,9 @@ delta_status delta_session_run(delta_session *s, delta_run_mode mode,
         stats->peak_device_bytes = ps.peak_address;
         stats->live_peak_bytes = ps.peak_live_bytes;
         stats->replayed = true;
+        stats->baseline_peak_bytes = s->baseline;
+        stats->min_budget_bytes = s->min_budget;
+        stats->budget_bytes = s->arena_bytes;
     }
     return DELTA_OK;
 }
@@ -413,6 +448,14 @@ delta_status delta_session_read(delta_session *s, const delta_tensor *t,
     if (s->base) memcpy(data, addr(s, t->id), bytes);
     else memset(data, 0, bytes);
     return DELTA_OK;
+}
+
+const char *const *delta_session_policies(void) {
+    /* keep, then the managed runtime's (test_session checks both lists) */
+    static const char *const names[] = {"keep",     "swap",     "checkpoint",
+                                        "dtr",      "capuchin", "autoswap",
+                                        NULL};
+    return names;
 }
 
 int64_t delta_session_step(const delta_session *s) { return s->step; }

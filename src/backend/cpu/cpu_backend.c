@@ -77,6 +77,8 @@ typedef struct engine {
     item *ring;
     size_t head, count;               /* under be->mu */
     uint64_t issued, completed;       /* under be->mu */
+    double *span_t0, *span_t1;        /* per item seq % DELTA_SPAN_HISTORY,
+                                         under be->mu */
     pthread_cond_t not_empty, not_full;
 } engine;
 
@@ -134,15 +136,20 @@ static void *engine_main(void *arg) {
         e->head = (e->head + 1) % RING_CAP;
         e->count--;
         pthread_cond_signal(&e->not_full);
+        double t0 = now_s();
         if (it.kind == ITEM_WAIT) {
             engine *o = eng_of(be, it.ev.stream);
             while (o->completed < it.ev.seq)
                 pthread_cond_wait(&be->done, &be->mu);
         } else {
             pthread_mutex_unlock(&be->mu);
+            t0 = now_s();
             do_copy(be, &it);
             pthread_mutex_lock(&be->mu);
         }
+        size_t slot = (size_t)(e->completed + 1) % DELTA_SPAN_HISTORY;
+        e->span_t0[slot] = t0;
+        e->span_t1[slot] = now_s();
         e->completed++;
         pthread_cond_broadcast(&be->done);
     }
@@ -252,6 +259,22 @@ static bool cpu_query(void *ctx, delta_event e) {
     return done;
 }
 
+static bool cpu_span(void *ctx, delta_event e, double *t0, double *t1) {
+    cpu_backend *be = ctx;
+    if (e.stream == DELTA_STREAM_COMPUTE || e.seq == 0) return false;
+    engine *en = eng_of(be, e.stream);
+    pthread_mutex_lock(&be->mu);
+    bool ok = en->completed >= e.seq &&
+              en->completed - e.seq < DELTA_SPAN_HISTORY;
+    if (ok) {
+        size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
+        *t0 = en->span_t0[slot];
+        *t1 = en->span_t1[slot];
+    }
+    pthread_mutex_unlock(&be->mu);
+    return ok;
+}
+
 static void cpu_wait(void *ctx, delta_stream s, delta_event e) {
     cpu_backend *be = ctx;
     DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT &&
@@ -287,6 +310,8 @@ static void cpu_destroy(void *ctx) {
         pthread_cond_destroy(&be->eng[i].not_empty);
         pthread_cond_destroy(&be->eng[i].not_full);
         free(be->eng[i].ring);
+        free(be->eng[i].span_t0);
+        free(be->eng[i].span_t1);
     }
     pthread_cond_destroy(&be->done);
     pthread_mutex_destroy(&be->mu);
@@ -305,6 +330,7 @@ static const delta_backend_ops cpu_ops = {
     .wait = cpu_wait,
     .query = cpu_query,
     .sync = cpu_sync,
+    .span = cpu_span,
     .clock = cpu_clock,
     .op_cost = NULL,
     .destroy = cpu_destroy,
@@ -397,7 +423,9 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
         pthread_cond_init(&e->not_empty, NULL);
         pthread_cond_init(&e->not_full, NULL);
         e->ring = calloc(RING_CAP, sizeof *e->ring);
-        if (!e->ring) {
+        e->span_t0 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
+        e->span_t1 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
+        if (!e->ring || !e->span_t0 || !e->span_t1) {
             snprintf(err, err_len, "cpu backend: out of host memory");
             cpu_destroy(be);
             return NULL;

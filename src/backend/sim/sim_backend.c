@@ -50,6 +50,8 @@ typedef struct sim_backend {
     bool tensor_cores;
     double clock[DELTA_STREAM_COUNT];
     uint64_t seq[DELTA_STREAM_COUNT];
+    /* start and end of copy-stream items, by seq % DELTA_SPAN_HISTORY */
+    double span[DELTA_STREAM_COUNT][DELTA_SPAN_HISTORY][2];
     uint64_t next_token;
 } sim_backend;
 
@@ -125,6 +127,9 @@ static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
     } else {
         double start = max2(sb->clock[s], sb->clock[DELTA_STREAM_COMPUTE]);
         sb->clock[s] = start + delta_sim_copy_seconds(sb->gpu, (double)bytes);
+        size_t slot = (size_t)(sb->seq[s] + 1) % DELTA_SPAN_HISTORY;
+        sb->span[s][slot][0] = start;
+        sb->span[s][slot][1] = sb->clock[s];
     }
     sb->seq[s]++;
 }
@@ -153,6 +158,19 @@ static void sim_sync(void *ctx, delta_event e) {
     sim_wait(ctx, DELTA_STREAM_COMPUTE, e);
 }
 
+static bool sim_span(void *ctx, delta_event e, double *t0, double *t1) {
+    sim_backend *sb = ctx;
+    if (e.stream == DELTA_STREAM_COMPUTE || e.seq == 0 ||
+        e.seq > sb->seq[e.stream] ||
+        sb->seq[e.stream] - e.seq >= DELTA_SPAN_HISTORY ||
+        !sim_query(ctx, e))
+        return false;
+    size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
+    *t0 = sb->span[e.stream][slot][0];
+    *t1 = sb->span[e.stream][slot][1];
+    return true;
+}
+
 static double sim_clock(void *ctx) {
     sim_backend *sb = ctx;
     return sb->clock[DELTA_STREAM_COMPUTE];
@@ -176,6 +194,7 @@ static const delta_backend_ops sim_ops = {
     .wait = sim_wait,
     .query = sim_query,
     .sync = sim_sync,
+    .span = sim_span,
     .clock = sim_clock,
     .op_cost = sim_op_cost,
     .destroy = sim_destroy,

@@ -1,0 +1,69 @@
+/* The managed runtime's record, shared by managed.c (creation, views, the
+ * step loop) and residency.c (moving bytes). Policies never include this:
+ * they see managed.h. */
+#ifndef DELTA_MANAGED_IMPL_H
+#define DELTA_MANAGED_IMPL_H
+
+#include "runtime/managed.h"
+#include "backend/backend.h"
+#include "delta/pool.h"
+
+typedef struct mg_slot {
+    size_t off;
+    int r;
+} mg_slot;
+
+struct managed {
+    delta_ctx *ctx;
+    delta_backend *b;
+    const policy_ops *pol;
+    void *pst;
+    size_t arena;
+    void *base;                /* arena base; NULL on sim */
+    delta_pool *pool;
+    bool arena_made;
+    int nt, no;
+    bool *is_root;
+    root_view *rv;             /* per tensor id (roots only) */
+    int *acc_start, *acc_ops;  /* accesses of root r: acc_ops[acc_start[r]
+                                  .. acc_start[r + 1]) */
+    int *end_fwd;              /* last op of a forward-only run that needs
+                                  the root (its last forward read, or its
+                                  producer) */
+    int *pins;                 /* operands of ops being run */
+    size_t *off;               /* device offset while bytes are held */
+    void **host;               /* host store buffer (kept once made) */
+    delta_event *ev;           /* the copy in flight */
+    bool *free_after;          /* TO_HOST root past its last use: freed,
+                                  not kept, when the copy completes */
+    int *inflight;             /* roots with a copy in flight, issue order */
+    int n_inflight;
+    mg_slot *scratch;          /* compaction order */
+    size_t in_use;             /* device bytes held */
+    double *op_s;              /* per op: last measured seconds */
+    bool *op_measured;
+    int cur_op;                /* op of the run being run, -1 between */
+    int64_t ticks;             /* ops run so far, recomputations included */
+    int64_t step, steps_done;
+    bool fwd_only;
+    delta_kernel_env env;
+    delta_step_stats st;       /* of the run in progress */
+    double lk_n, lk_sx, lk_sy, lk_sxx, lk_sxy; /* link model samples */
+    delta_trace *trace;
+    delta_status fail_st;
+    char err[512];
+};
+
+/* residency.c */
+bool mg_failf(managed *m, delta_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool mg_run_op(managed *m, const delta_op *op, bool recompute);
+/* Frees a root past its last use, wherever it is. */
+void mg_free_root(managed *m, int r);
+/* Collects finished copies; true when device bytes were released. */
+bool mg_reap(managed *m);
+/* Waits for every copy in flight and collects them. */
+void mg_drain(managed *m);
+void mg_trace_memory(managed *m);
+
+#endif

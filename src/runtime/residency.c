@@ -1,0 +1,534 @@
+/* Moving bytes for the managed runtime (managed.h): device allocation under
+ * the budget (collect finished copies, compact, wait for swap-outs, then ask
+ * the policy), swap out and in on the copy streams, drop, recompute, and
+ * running one op with its operands made resident.
+ *
+ * Ordering. The to-host stream waits for the compute stream before it
+ * reads a tensor a kernel wrote; the to-device stream waits for it before
+ * it writes bytes a kernel may have used; compute waits for a swap-in's
+ * event before the tensor is read. Device bytes of a swap-out are released
+ * only once its copy is complete and no running op has it pinned. */
+#include "runtime/managed_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool mg_failf(managed *m, delta_status st, const char *fmt, ...) {
+    if (m->fail_st != DELTA_OK) return false;
+    m->fail_st = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static double now(managed *m) { return delta_backend_clock(m->b); }
+
+static void *dev(managed *m, int r) {
+    return m->base ? (char *)m->base + m->off[r] : NULL;
+}
+
+static const char *tname(const managed *m, int r) {
+    return m->ctx->tensors[r]->name;
+}
+
+static void notify(managed *m, int r, managed_event e, double wait_s) {
+    if (m->pol->on_event) m->pol->on_event(m->pst, m, r, e, wait_s);
+}
+
+void mg_trace_memory(managed *m) {
+    if (m->trace) delta_trace_memory(m->trace, now(m), m->in_use, m->arena);
+}
+
+/* ---- pool ---------------------------------------------------------------- */
+
+static bool pool_take(managed *m, size_t bytes, size_t *off) {
+    if (delta_pool_alloc(m->pool, bytes, off) != DELTA_OK) return false;
+    m->in_use += delta_pool_round(bytes);
+    mg_trace_memory(m);
+    return true;
+}
+
+static void pool_give(managed *m, size_t off) {
+    size_t n = delta_pool_block_size(m->pool, off);
+    DELTA_ASSERT(n > 0 && delta_pool_release(m->pool, off) == DELTA_OK);
+    m->in_use -= n;
+    mg_trace_memory(m);
+}
+
+/* ---- copies in flight ---------------------------------------------------- */
+
+static void link_sample(managed *m, double bytes, double s) {
+    m->lk_n += 1;
+    m->lk_sx += bytes;
+    m->lk_sy += s;
+    m->lk_sxx += bytes * bytes;
+    m->lk_sxy += bytes * s;
+}
+
+/* The copy of r marked by m->ev[r] is complete: trace and measure it. */
+static void copy_done(managed *m, int r, bool to_host) {
+    double t0, t1;
+    if (!delta_backend_span(m->b, m->ev[r], &t0, &t1)) return;
+    link_sample(m, (double)m->rv[r].bytes, t1 - t0);
+    if (m->trace) {
+        char args[96];
+        snprintf(args, sizeof args, "\"bytes\":%zu,\"tensor\":%d",
+                 m->rv[r].bytes, r);
+        delta_trace_span(m->trace,
+                         to_host ? DELTA_TRACK_TO_HOST : DELTA_TRACK_TO_DEVICE,
+                         tname(m, r), to_host ? "swap_out" : "swap_in", t0, t1,
+                         args);
+    }
+}
+
+/* Finishes r's completed copy; false when it must stay in the list (a
+ * swap-out whose tensor a running op still reads). */
+static bool land(managed *m, int r) {
+    root_view *v = &m->rv[r];
+    if (v->state == RES_TO_DEVICE) {
+        copy_done(m, r, false);
+        v->state = RES_DEVICE;
+        return true;
+    }
+    DELTA_ASSERT(v->state == RES_TO_HOST);
+    if (m->pins[r] > 0) return false;
+    copy_done(m, r, true);
+    pool_give(m, m->off[r]);
+    if (m->free_after[r]) {
+        m->free_after[r] = false;
+        v->state = RES_FREE;
+        v->host_valid = false;
+    } else {
+        v->state = RES_HOST;
+        v->host_valid = true;
+    }
+    return true;
+}
+
+bool mg_reap(managed *m) {
+    bool freed = false;
+    int k = 0;
+    for (int i = 0; i < m->n_inflight; i++) {
+        int r = m->inflight[i];
+        bool out = m->rv[r].state == RES_TO_HOST;
+        if (delta_backend_query(m->b, m->ev[r]) && land(m, r)) {
+            freed |= out;
+            continue;
+        }
+        m->inflight[k++] = r;
+    }
+    m->n_inflight = k;
+    return freed;
+}
+
+static void inflight_remove(managed *m, int r) {
+    int k = 0;
+    for (int i = 0; i < m->n_inflight; i++)
+        if (m->inflight[i] != r) m->inflight[k++] = m->inflight[i];
+    m->n_inflight = k;
+}
+
+/* Blocks until r's copy is complete, counting the wait as a stall. */
+static double wait_copy(managed *m, int r) {
+    double t0 = now(m);
+    delta_backend_sync(m->b, m->ev[r]);
+    double w = now(m) - t0;
+    m->st.stall_s += w;
+    if (m->trace && w > 0)
+        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, tname(m, r), "stall",
+                         t0, t0 + w, NULL);
+    return w;
+}
+
+void mg_drain(managed *m) {
+    delta_backend_sync_copies(m->b);
+    mg_reap(m);
+}
+
+/* ---- compaction ---------------------------------------------------------- */
+
+static int cmp_offset(const void *a, const void *b) {
+    size_t x = ((const mg_slot *)a)->off, y = ((const mg_slot *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/* Slides every block down to the arena's bottom, in offset order, so the
+ * free bytes become one gap. Only between kernels (no workspace is live
+ * then and no kernel holds an address) and with no copy in flight. */
+static void compact(managed *m) {
+    mg_drain(m);
+    int n = 0;
+    for (int r = 0; r < m->nt; r++) {
+        if (!m->is_root[r]) continue;
+        residency s = m->rv[r].state;
+        if (s == RES_DEVICE || s == RES_TO_HOST || s == RES_TO_DEVICE)
+            m->scratch[n++] = (mg_slot){m->off[r], r};
+    }
+    qsort(m->scratch, (size_t)n, sizeof *m->scratch, cmp_offset);
+    double t0 = now(m);
+    for (int k = 0; k < n; k++) pool_give(m, m->scratch[k].off);
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int r = m->scratch[k].r;
+        size_t sz = m->rv[r].bytes;
+        DELTA_ASSERT(delta_pool_alloc_at(m->pool, at, sz) == DELTA_OK);
+        m->in_use += sz;
+        if (at != m->off[r]) {
+            /* a device-side move, in order with the kernels; dst < src */
+            if (m->base)
+                delta_backend_copy(m->b, DELTA_STREAM_COMPUTE,
+                                   (char *)m->base + at,
+                                   (char *)m->base + m->off[r], sz);
+            else
+                delta_backend_copy(m->b, DELTA_STREAM_COMPUTE, NULL, NULL, sz);
+            m->st.defrag_moves++;
+            m->st.defrag_bytes += sz;
+            m->off[r] = at;
+        }
+        at += sz;
+    }
+    mg_trace_memory(m);
+    if (m->trace)
+        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "compact arena",
+                         "defrag", t0, now(m), NULL);
+}
+
+/* ---- eviction ------------------------------------------------------------ */
+
+static bool host_buffer(managed *m, int r) {
+    if (m->host[r]) return true;
+    m->host[r] = delta_backend_host_alloc(m->b, m->rv[r].bytes);
+    if (m->host[r]) return true;
+    return mg_failf(m, DELTA_ERR_NOMEM,
+                    "host memory for swapped tensors cannot be had (%zu bytes "
+                    "for '%s')", m->rv[r].bytes, tname(m, r));
+}
+
+bool managed_swap_out(managed *m, int r) {
+    if (!m->is_root[r] || m->rv[r].state != RES_DEVICE || m->pins[r] > 0)
+        return false;
+    root_view *v = &m->rv[r];
+    if (v->host_valid) { /* the host store already has these bytes */
+        pool_give(m, m->off[r]);
+        v->state = RES_HOST;
+        notify(m, r, MEV_SWAPPED_OUT, 0);
+        return true;
+    }
+    if (!host_buffer(m, r)) return false;
+    delta_backend_wait(m->b, DELTA_STREAM_TO_HOST,
+                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
+    delta_backend_copy(m->b, DELTA_STREAM_TO_HOST, m->host[r], dev(m, r),
+                       v->bytes);
+    m->ev[r] = delta_backend_record(m->b, DELTA_STREAM_TO_HOST);
+    v->state = RES_TO_HOST;
+    m->inflight[m->n_inflight++] = r;
+    m->st.swap_out_bytes += v->bytes;
+    m->st.swap_outs++;
+    notify(m, r, MEV_SWAPPED_OUT, 0);
+    return true;
+}
+
+bool managed_drop(managed *m, int r) {
+    if (!m->is_root[r] || m->rv[r].state != RES_DEVICE || m->pins[r] > 0 ||
+        !m->rv[r].droppable)
+        return false;
+    pool_give(m, m->off[r]);
+    m->rv[r].state = RES_DROPPED;
+    m->st.drops++;
+    if (m->trace)
+        delta_trace_instant(m->trace, DELTA_TRACK_COMPUTE, tname(m, r), "drop",
+                            now(m));
+    notify(m, r, MEV_DROPPED, 0);
+    return true;
+}
+
+/* Waits for the oldest swap-out in flight that is not pinned and releases
+ * its bytes; false when there is none. */
+static bool wait_one_swap_out(managed *m) {
+    for (int i = 0; i < m->n_inflight; i++) {
+        int r = m->inflight[i];
+        if (m->rv[r].state != RES_TO_HOST || m->pins[r] > 0) continue;
+        wait_copy(m, r);
+        mg_reap(m);
+        return true;
+    }
+    return false;
+}
+
+/* Device bytes for something of `bytes`: see managed.h for the order of
+ * remedies when it does not fit. */
+static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
+    size_t need = delta_pool_round(bytes);
+    for (;;) {
+        if (pool_take(m, bytes, off)) return true;
+        if (m->fail_st != DELTA_OK) return false;
+        if (mg_reap(m)) continue;
+        if (m->in_use + need <= m->arena) {
+            delta_pool_stats ps;
+            delta_pool_get_stats(m->pool, &ps);
+            if (ps.largest_free < need && ps.live_bytes + need <= ps.capacity) {
+                compact(m);
+                if (pool_take(m, bytes, off)) return true;
+            }
+        }
+        if (wait_one_swap_out(m)) continue;
+        bool drop = false;
+        int v = m->pol->choose_victim
+                    ? m->pol->choose_victim(m->pst, m, need, &drop)
+                    : -1;
+        if (v < 0) {
+            int i = m->cur_op >= 0 ? m->cur_op : 0;
+            const delta_op *op = &m->ctx->ops[i];
+            char b1[32], b2[32], b3[32];
+            return mg_failf(m, DELTA_ERR_BUDGET,
+                            "policy '%s' cannot fit op %d (%s, %s) in the "
+                            "budget %s: %s more are needed, %s are held and "
+                            "the policy has nothing left to release",
+                            m->pol->name, op->id, delta_op_type_name(op->type),
+                            op->name,
+                            delta_format_bytes((double)m->arena, b1, 32),
+                            delta_format_bytes((double)need, b2, 32),
+                            delta_format_bytes((double)m->in_use, b3, 32));
+        }
+        DELTA_ASSERTF(v < m->nt && m->is_root[v] &&
+                          m->rv[v].state == RES_DEVICE && m->pins[v] == 0 &&
+                          (!drop || m->rv[v].droppable),
+                      "policy %s named an invalid victim %d", m->pol->name, v);
+        if (drop) {
+            managed_drop(m, v);
+        } else {
+            if (!managed_swap_out(m, v)) return false;
+            if (m->rv[v].state == RES_TO_HOST) {
+                wait_copy(m, v);
+                mg_reap(m);
+            }
+        }
+    }
+}
+
+/* ---- bringing tensors back ----------------------------------------------- */
+
+bool managed_prefetch(managed *m, int r) {
+    if (!m->is_root[r] || m->rv[r].state != RES_HOST) return false;
+    root_view *v = &m->rv[r];
+    if (!pool_take(m, v->bytes, &m->off[r])) {
+        mg_reap(m);
+        if (!pool_take(m, v->bytes, &m->off[r])) return false;
+    }
+    delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
+                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
+    delta_backend_copy(m->b, DELTA_STREAM_TO_DEVICE, dev(m, r), m->host[r],
+                       v->bytes);
+    m->ev[r] = delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE);
+    v->state = RES_TO_DEVICE;
+    m->inflight[m->n_inflight++] = r;
+    m->st.swap_in_bytes += v->bytes;
+    m->st.swap_ins++;
+    return true;
+}
+
+static bool ensure(managed *m, int r);
+
+/* A swap-in the op has to wait for: made now and waited for. */
+static bool swap_in_now(managed *m, int r) {
+    root_view *v = &m->rv[r];
+    m->pins[r]++;
+    bool ok = dev_alloc(m, v->bytes, &m->off[r]);
+    m->pins[r]--;
+    if (!ok) return false;
+    delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
+                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
+    delta_backend_copy(m->b, DELTA_STREAM_TO_DEVICE, dev(m, r), m->host[r],
+                       v->bytes);
+    m->ev[r] = delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE);
+    m->st.swap_in_bytes += v->bytes;
+    m->st.swap_ins++;
+    double w = wait_copy(m, r);
+    copy_done(m, r, false);
+    v->state = RES_DEVICE;
+    notify(m, r, MEV_LATE, w);
+    notify(m, r, MEV_RESIDENT, 0);
+    return true;
+}
+
+/* Makes root r resident on the device (readable by the next kernel). */
+static bool ensure(managed *m, int r) {
+    root_view *v = &m->rv[r];
+    switch (v->state) {
+    case RES_DEVICE:
+    case RES_TO_HOST: /* the device copy is intact until the copy lands */
+        return true;
+    case RES_TO_DEVICE: {
+        bool late = !delta_backend_query(m->b, m->ev[r]);
+        double w = late ? wait_copy(m, r) : 0;
+        inflight_remove(m, r);
+        land(m, r);
+        if (late) notify(m, r, MEV_LATE, w);
+        return true;
+    }
+    case RES_HOST:
+        return swap_in_now(m, r);
+    case RES_DROPPED:
+    case RES_FREE: {
+        /* dropped, or freed after its last use but needed to recompute
+         * something dropped: run its producer again */
+        DELTA_ASSERTF(v->droppable && v->producer >= 0,
+                      "tensor %d (%s) is needed but is gone (%s)", r,
+                      tname(m, r), residency_name(v->state));
+        bool was_dropped = v->state == RES_DROPPED;
+        if (!mg_run_op(m, &m->ctx->ops[v->producer], true)) return false;
+        if (was_dropped) notify(m, r, MEV_RESIDENT, 0);
+        return true;
+    }
+    }
+    return false;
+}
+
+bool managed_recompute(managed *m, int r) {
+    if (!m->is_root[r]) return false;
+    m->pins[r]++;
+    bool ok = ensure(m, r);
+    m->pins[r]--;
+    return ok;
+}
+
+/* ---- freeing ------------------------------------------------------------- */
+
+void mg_free_root(managed *m, int r) {
+    root_view *v = &m->rv[r];
+    switch (v->state) {
+    case RES_DEVICE:
+        pool_give(m, m->off[r]);
+        break;
+    case RES_TO_HOST: /* released when the copy lands */
+        m->free_after[r] = true;
+        return;
+    case RES_TO_DEVICE:
+        wait_copy(m, r);
+        inflight_remove(m, r);
+        copy_done(m, r, false);
+        pool_give(m, m->off[r]);
+        break;
+    case RES_HOST:
+    case RES_DROPPED:
+    case RES_FREE:
+        break;
+    }
+    v->state = RES_FREE;
+    v->host_valid = false;
+}
+
+static bool dead(const managed *m, int r) {
+    if (m->rv[r].persistent) return false;
+    int end = m->fwd_only ? m->end_fwd[r] : m->rv[r].last_use;
+    return end < m->cur_op;
+}
+
+/* ---- running one op ------------------------------------------------------ */
+
+/* An output about to be written: device bytes for it. */
+static bool make_output(managed *m, int r, bool recompute, bool *temp) {
+    root_view *v = &m->rv[r];
+    switch (v->state) {
+    case RES_DEVICE:
+        return true;
+    case RES_TO_HOST: /* written again: let the copy finish first */
+        wait_copy(m, r);
+        inflight_remove(m, r);
+        copy_done(m, r, true);
+        v->state = RES_DEVICE;
+        v->host_valid = true;
+        return true;
+    case RES_TO_DEVICE:
+    case RES_HOST:
+        if (!recompute) return ensure(m, r); /* in-place update */
+        if (v->state == RES_TO_DEVICE) return ensure(m, r);
+        /* recomputing another output of its producer: a device copy of the
+         * same bytes the host store holds */
+        if (!dev_alloc(m, v->bytes, &m->off[r])) return false;
+        v->state = RES_DEVICE;
+        return true;
+    case RES_DROPPED:
+    case RES_FREE:
+        *temp = recompute && v->state == RES_FREE;
+        if (!dev_alloc(m, v->bytes, &m->off[r])) return false;
+        v->state = RES_DEVICE;
+        return true;
+    }
+    return false;
+}
+
+static void *addr(managed *m, int id) {
+    return dev(m, delta_tensor_root(m->ctx, id));
+}
+
+bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
+    const delta_ctx *c = m->ctx;
+    int roots[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT], nr = 0;
+    for (int j = 0; j < op->n_in; j++) roots[nr++] = delta_tensor_root(c, op->in[j]);
+    for (int j = 0; j < op->n_out; j++) roots[nr++] = delta_tensor_root(c, op->out[j]);
+    for (int j = 0; j < nr; j++) m->pins[roots[j]]++;
+    bool ok = true;
+    bool temp[DELTA_MAX_OP_OUT] = {false};
+    for (int j = 0; ok && j < op->n_in; j++) ok = ensure(m, roots[j]);
+    for (int j = 0; ok && j < op->n_out; j++)
+        ok = make_output(m, roots[op->n_in + j], recompute, &temp[j]);
+    size_t ws_off = 0;
+    bool ws = ok && op->workspace;
+    if (ws) ok = dev_alloc(m, op->workspace, &ws_off);
+    if (ok) {
+        delta_kargs k = {.op = op, .env = &m->env};
+        for (int j = 0; j < op->n_in; j++) {
+            k.in_t[j] = c->tensors[op->in[j]];
+            k.in[j] = addr(m, op->in[j]);
+        }
+        for (int j = 0; j < op->n_out; j++) {
+            k.out_t[j] = c->tensors[op->out[j]];
+            k.out[j] = addr(m, op->out[j]);
+        }
+        if (ws && m->base) k.ws = (char *)m->base + ws_off;
+        double t0 = now(m);
+        delta_backend_run(m->b, &k);
+        double t1 = now(m), dt = t1 - t0;
+        m->ticks++;
+        if (recompute) {
+            m->st.recomputed_ops++;
+            m->st.recompute_s += dt;
+        } else {
+            m->op_s[op->id] = dt;
+            m->op_measured[op->id] = true;
+        }
+        if (m->trace) {
+            char args[64];
+            snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
+                     (long long)m->step);
+            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, op->name,
+                             recompute ? "recompute" : "op", t0, t1, args);
+        }
+        for (int j = 0; j < op->n_out; j++) {
+            root_view *v = &m->rv[roots[op->n_in + j]];
+            if (!recompute) v->host_valid = false; /* new bytes */
+            v->last_access = m->ticks;
+        }
+        for (int j = 0; j < op->n_in; j++) m->rv[roots[j]].last_access = m->ticks;
+    }
+    if (ws) pool_give(m, ws_off);
+    for (int j = 0; j < nr; j++) m->pins[roots[j]]--;
+    if (ok && recompute) {
+        /* outputs made only for this and inputs past their last use go */
+        for (int j = 0; j < op->n_out; j++) {
+            int r = roots[op->n_in + j];
+            if (temp[j] && dead(m, r) && m->pins[r] == 0) mg_free_root(m, r);
+        }
+        for (int j = 0; j < op->n_in; j++) {
+            int r = roots[j];
+            if (dead(m, r) && m->pins[r] == 0 && m->rv[r].state == RES_DEVICE)
+                mg_free_root(m, r);
+        }
+    }
+    return ok;
+}
