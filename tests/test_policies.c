@@ -1,0 +1,353 @@
+/* Every managed policy at 100, 70, 50 and 35% of the unconstrained peak, on
+ * tiny configurations of an mlp, a resnet and gpt2 (with dropout): after N
+ * steps the parameters and optimizer state are byte-identical to keep with
+ * an unlimited budget, and the arena's high-water mark stays inside the
+ * budget at every step. A budget a policy cannot meet must be refused with
+ * DELTA_ERR_BUDGET and a message, never a wrong result. The same policies
+ * then plan paper-scale steps on the simulator inside a budget.
+ *
+ *   test_policies [policy]   runs only that policy's cases */
+#include "delta/delta.h"
+#include "test.h"
+
+#define N_STEPS 3
+
+static const char *only; /* argv[1] */
+
+typedef struct model_case {
+    const char *label;
+    delta_model_config cfg;
+    bool adamw;
+} model_case;
+
+static const model_case models[] = {
+    {"mlp", {.name = "mlp", .batch = 256, .image_size = 8, .channels = 1,
+             .classes = 10, .mlp_hidden = 128}, false},
+    {"resnet", {.name = "resnet18", .batch = 32, .image_size = 28,
+                .channels = 1, .classes = 10, .width = 8}, false},
+    {"gpt2", {.name = "gpt2-tiny", .batch = 4, .layers = 2, .hidden = 32,
+              .heads = 2, .seq_len = 64, .vocab = 64, .positions = 64,
+              .dropout = 0.1f}, true},
+};
+#define N_MODELS ((int)(sizeof models / sizeof models[0]))
+
+static const int pcts[] = {100, 70, 50, 35};
+#define N_PCTS 4
+
+typedef struct built {
+    delta_ctx *ctx;
+    delta_model model;
+} built;
+
+static bool build(const model_case *mc, built *b) {
+    b->ctx = delta_ctx_new();
+    delta_ctx_set_seed(b->ctx, 5);
+    if (delta_model_build(b->ctx, &mc->cfg, &b->model) != DELTA_OK) {
+        fprintf(stderr, "  build %s: %s\n", mc->label, b->model.error);
+        return false;
+    }
+    delta_backward(b->ctx, b->model.loss);
+    if (mc->adamw) {
+        delta_adamw_opts o = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
+        delta_optimizer_adamw(b->ctx, o);
+    } else {
+        delta_sgd_opts o = {0.05f, 0.9f, 0, false};
+        delta_optimizer_sgd(b->ctx, o);
+    }
+    return delta_ctx_status(b->ctx) == DELTA_OK;
+}
+
+/* constants through host buffers, then into the session */
+typedef struct cbuf {
+    const delta_tensor *t[4];
+    void *d[4];
+    int n;
+} cbuf;
+static void *cbuf_of(void *ud, const delta_tensor *t) {
+    cbuf *cb = ud;
+    cb->t[cb->n] = t;
+    cb->d[cb->n] = calloc(1, delta_tensor_bytes(t));
+    return cb->d[cb->n++];
+}
+
+static void feed(delta_session *s, const built *b, int step) {
+    for (int i = 0; i < delta_ctx_n_tensors(b->ctx); i++) {
+        delta_tensor *t = delta_ctx_tensor(b->ctx, i);
+        if (delta_tensor_kind_of(t) != DELTA_KIND_INPUT) continue;
+        int64_t n = delta_tensor_numel(t);
+        void *buf = malloc(delta_tensor_bytes(t));
+        test_rng_seed((uint64_t)(step * 977 + i + 1));
+        if (delta_tensor_dtype(t) == DELTA_I32) {
+            int mod = b->model.task == DELTA_TASK_CLASSIFY ? 10 : 64;
+            for (int64_t j = 0; j < n; j++)
+                ((int *)buf)[j] = (int)(test_rng_u32() % (uint32_t)mod);
+        } else {
+            test_fill_rand(buf, n, -1, 1);
+        }
+        delta_session_write(s, t, buf, delta_tensor_bytes(t));
+        free(buf);
+    }
+}
+
+typedef enum outcome { RAN, REFUSED, FAILED_RUN } outcome;
+
+/* Trains N_STEPS; on RAN fills *out with every PARAM and STATE tensor's
+ * bytes, concatenated, and *peak with the highest high-water mark. */
+static outcome train(const model_case *mc, delta_backend *be,
+                     const char *policy, size_t budget, char **out,
+                     size_t *out_n, size_t *peak, delta_step_stats *sum,
+                     char *why, size_t why_n) {
+    built b;
+    CHECK(build(mc, &b), "%s builds", mc->label);
+    delta_session_opts so = {.backend = be, .budget_bytes = budget,
+                             .policy = policy};
+    delta_status st;
+    delta_session *s = delta_session_new(b.ctx, &so, &st, why, why_n);
+    if (!s) {
+        delta_ctx_free(b.ctx);
+        CHECK(st == DELTA_ERR_BUDGET, "refusal is a budget error: %s", why);
+        CHECK(why[0] != 0, "refusal has a message");
+        return REFUSED;
+    }
+    cbuf cb = {0};
+    delta_model_fill_constants(&b.model, cbuf_of, &cb);
+    for (int i = 0; i < cb.n; i++) {
+        delta_session_write(s, cb.t[i], cb.d[i], delta_tensor_bytes(cb.t[i]));
+        free(cb.d[i]);
+    }
+    *peak = 0;
+    memset(sum, 0, sizeof *sum);
+    outcome oc = RAN;
+    for (int step = 0; step < N_STEPS && oc == RAN; step++) {
+        feed(s, &b, step);
+        delta_step_stats ss;
+        st = delta_session_run(s, DELTA_RUN_STEP, &ss);
+        if (st != DELTA_OK) {
+            snprintf(why, why_n, "%s", delta_session_error(s));
+            CHECK(st == DELTA_ERR_BUDGET, "a failed run is a budget error: %s",
+                  why);
+            CHECK(why[0] != 0, "a failed run has a message");
+            oc = FAILED_RUN;
+            break;
+        }
+        if (ss.peak_device_bytes > *peak) *peak = ss.peak_device_bytes;
+        CHECK(ss.peak_device_bytes <= delta_session_budget(s),
+              "%s %s step %d: high-water %zu above the budget %zu", mc->label,
+              policy ? policy : "keep", step, ss.peak_device_bytes,
+              delta_session_budget(s));
+        CHECK(!budget || delta_session_budget(s) <= budget,
+              "arena %zu above the budget %zu", delta_session_budget(s), budget);
+        sum->swap_out_bytes += ss.swap_out_bytes;
+        sum->swap_in_bytes += ss.swap_in_bytes;
+        sum->recomputed_ops += ss.recomputed_ops;
+        sum->drops += ss.drops;
+        sum->defrag_moves += ss.defrag_moves;
+        sum->stall_s += ss.stall_s;
+        sum->baseline_peak_bytes = ss.baseline_peak_bytes;
+        sum->min_budget_bytes = ss.min_budget_bytes;
+    }
+    if (oc == RAN) {
+        size_t n = 0;
+        for (int i = 0; i < delta_ctx_n_tensors(b.ctx); i++) {
+            delta_tensor *t = delta_ctx_tensor(b.ctx, i);
+            delta_tensor_kind k = delta_tensor_kind_of(t);
+            if (k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE)
+                n += delta_tensor_bytes(t);
+        }
+        char *buf = malloc(n), *p = buf;
+        for (int i = 0; i < delta_ctx_n_tensors(b.ctx); i++) {
+            delta_tensor *t = delta_ctx_tensor(b.ctx, i);
+            delta_tensor_kind k = delta_tensor_kind_of(t);
+            if (k != DELTA_KIND_PARAM && k != DELTA_KIND_STATE) continue;
+            CHECK(delta_session_read(s, t, p, delta_tensor_bytes(t)) == DELTA_OK,
+                  "read %s: %s", delta_tensor_name(t), delta_session_error(s));
+            p += delta_tensor_bytes(t);
+        }
+        *out = buf;
+        *out_n = n;
+    }
+    delta_session_free(s);
+    delta_ctx_free(b.ctx);
+    return oc;
+}
+
+static size_t baseline_peak(const model_case *mc) {
+    built b;
+    CHECK(build(mc, &b), "%s builds", mc->label);
+    delta_dry_plan dp;
+    CHECK(delta_dry_plan_build(b.ctx, &dp, NULL, 0) == DELTA_OK, "dry plan");
+    delta_ctx_free(b.ctx);
+    printf("  %s: keep peak %zu B, persistent %zu, activations %zu, minimum "
+           "%zu\n", mc->label, dp.peak_bytes, dp.persistent_bytes,
+           dp.activation_bytes, dp.min_budget_bytes);
+    return dp.peak_bytes;
+}
+
+/* Which budgets each policy must meet on every tiny model (the others may
+ * be refused): the recomputing and swapping policies reach 50%; vDNN swaps
+ * only activations and checkpointing keeps segment boundaries, so 70%. */
+static int must_meet_pct(const char *policy) {
+    if (!strcmp(policy, "swap") || !strcmp(policy, "checkpoint")) return 70;
+    return 50;
+}
+
+static void run_policy(const char *policy) {
+    delta_backend *be = delta_backend_cpu_new(
+        &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, NULL,
+        0);
+    CHECK(be != NULL, "cpu backend");
+    if (!be) return;
+    for (int mi = 0; mi < N_MODELS; mi++) {
+        const model_case *mc = &models[mi];
+        char *ref = NULL;
+        size_t ref_n = 0, ref_peak = 0;
+        delta_step_stats sum;
+        char why[512] = "";
+        outcome oc = train(mc, be, NULL, 0, &ref, &ref_n, &ref_peak, &sum,
+                           why, sizeof why);
+        CHECK(oc == RAN, "keep unlimited on %s: %s", mc->label, why);
+        if (oc != RAN) continue;
+        size_t base = baseline_peak(mc);
+        for (int k = 0; k < N_PCTS; k++) {
+            size_t budget = base * (size_t)pcts[k] / 100;
+            char *got = NULL;
+            size_t got_n = 0, peak = 0;
+            why[0] = 0;
+            oc = train(mc, be, policy, budget, &got, &got_n, &peak, &sum, why,
+                       sizeof why);
+            if (oc == RAN) {
+                bool same = got_n == ref_n && !memcmp(got, ref, ref_n);
+                CHECK(same, "%s on %s at %d%%: parameters differ from keep",
+                      policy, mc->label, pcts[k]);
+                CHECK(peak <= budget, "%s on %s at %d%%: peak %zu > %zu",
+                      policy, mc->label, pcts[k], peak, budget);
+                printf("  %-10s %-6s %3d%% (%7zu B): %s, peak %7zu, out %7zu "
+                       "in %7zu B, %3d recomputed, %3d dropped, %d moved\n",
+                       policy, mc->label, pcts[k], budget,
+                       same ? "bit-identical" : "DIFFERENT", peak,
+                       sum.swap_out_bytes, sum.swap_in_bytes,
+                       sum.recomputed_ops, sum.drops, sum.defrag_moves);
+            } else {
+                printf("  %-10s %-6s %3d%% (%7zu B): %s: %s\n", policy,
+                       mc->label, pcts[k], budget,
+                       oc == REFUSED ? "refused" : "failed in the run", why);
+                CHECK(pcts[k] < must_meet_pct(policy),
+                      "%s must run %s at %d%%", policy, mc->label, pcts[k]);
+            }
+            free(got);
+        }
+        free(ref);
+    }
+    delta_backend_free(be);
+}
+
+#define POLICY_TEST(name)                                                  \
+    static void test_##name(void) {                                        \
+        if (only && strcmp(only, #name)) TEST_SKIP("not selected");        \
+        run_policy(#name);                                                 \
+    }
+POLICY_TEST(swap)
+POLICY_TEST(checkpoint)
+POLICY_TEST(dtr)
+POLICY_TEST(capuchin)
+POLICY_TEST(autoswap)
+
+/* Paper-scale programs on the simulator at half their peak: every policy
+ * either keeps the budget or refuses it clearly. */
+static void test_sim_scale(void) {
+    delta_backend *be = delta_backend_sim_new(
+        &(delta_sim_backend_opts){.gpu = "a100-80g"}, NULL, 0);
+    CHECK(be != NULL, "sim backend");
+    if (!be) return;
+    const delta_model_config cfgs[] = {
+        {.name = "resnet50", .batch = 32, .image_size = 224, .channels = 3,
+         .classes = 1000},
+        {.name = "gpt2-small", .batch = 2, .seq_len = 512},
+    };
+    for (int mi = 0; mi < 2; mi++) {
+        for (const char *const *p = delta_session_policies(); *p; p++) {
+            if (!strcmp(*p, "keep") || (only && strcmp(only, *p))) continue;
+            delta_ctx *c = delta_ctx_new();
+            delta_model mdl;
+            CHECK(delta_model_build(c, &cfgs[mi], &mdl) == DELTA_OK, "build");
+            delta_backward(c, mdl.loss);
+            delta_optimizer_adamw(c, (delta_adamw_opts){1e-3f, 0.9f, 0.999f,
+                                                        1e-8f, 0.01f});
+            delta_dry_plan dp;
+            delta_dry_plan_build(c, &dp, NULL, 0);
+            size_t budget = dp.peak_bytes / 2;
+            char why[512] = "";
+            delta_status st;
+            delta_session_opts so = {.backend = be, .budget_bytes = budget,
+                                     .policy = *p};
+            delta_session *s = delta_session_new(c, &so, &st, why, sizeof why);
+            CHECK(s != NULL, "%s session: %s", *p, why);
+            delta_step_stats ss = {0};
+            for (int k = 0; s && k < 2; k++) {
+                st = delta_session_run(s, DELTA_RUN_STEP, &ss);
+                if (st != DELTA_OK) {
+                    CHECK(st == DELTA_ERR_BUDGET, "%s: %s", *p,
+                          delta_session_error(s));
+                    printf("  sim %-10s %-10s 50%%: refused: %s\n", *p,
+                           cfgs[mi].name, delta_session_error(s));
+                    break;
+                }
+                CHECK(ss.peak_device_bytes <= budget, "%s peak %zu > %zu", *p,
+                      ss.peak_device_bytes, budget);
+            }
+            if (s && st == DELTA_OK)
+                printf("  sim %-10s %-10s 50%%: %.3f s/step simulated "
+                       "(keep %.3f GiB peak), swapped %.2f GiB, %d "
+                       "recomputed\n",
+                       *p, cfgs[mi].name, ss.step_s,
+                       (double)dp.peak_bytes / (1 << 30),
+                       (double)ss.swap_out_bytes / (1 << 30),
+                       ss.recomputed_ops);
+            delta_session_free(s);
+            delta_ctx_free(c);
+        }
+    }
+    delta_backend_free(be);
+}
+
+/* Every listed policy opens a session; an unknown one is refused. */
+static void test_policy_names(void) {
+    const char *const *p = delta_session_policies();
+    CHECK(!strcmp(p[0], "keep"), "keep first");
+    delta_backend *be = delta_backend_sim_new(NULL, NULL, 0);
+    int n = 0;
+    for (; p[n]; n++) {
+        built b;
+        CHECK(build(&models[0], &b), "build");
+        char why[256] = "";
+        delta_status st;
+        delta_session_opts so = {.backend = be, .policy = p[n]};
+        delta_session *s = delta_session_new(b.ctx, &so, &st, why, sizeof why);
+        CHECK(s != NULL, "policy %s: %s", p[n], why);
+        delta_session_free(s);
+        delta_ctx_free(b.ctx);
+    }
+    CHECK(n == 6, "six policies, got %d", n);
+    built b;
+    CHECK(build(&models[0], &b), "build");
+    char why[256] = "";
+    delta_status st;
+    delta_session_opts so = {.backend = be, .policy = "nope"};
+    CHECK(!delta_session_new(b.ctx, &so, &st, why, sizeof why) &&
+              st == DELTA_ERR_UNSUPPORTED && strstr(why, "autoswap"),
+          "unknown policy refused with the list: %s", why);
+    delta_ctx_free(b.ctx);
+    delta_backend_free(be);
+}
+
+int main(int argc, char **argv) {
+    only = argc > 1 ? argv[1] : NULL;
+    TEST_RUN(test_policy_names);
+    TEST_RUN(test_swap);
+    TEST_RUN(test_checkpoint);
+    TEST_RUN(test_dtr);
+    TEST_RUN(test_capuchin);
+    TEST_RUN(test_autoswap);
+    TEST_RUN(test_sim_scale);
+    TEST_MAIN_END();
+}
