@@ -1,9 +1,14 @@
-/* The command line (tools/): runs build/delta (or $DELTA_TOOL) as a child
- * process and checks its exit status, messages and files:
+/* The command line (tools/): runs the delta of this test's own build
+ * (build/X/tests/test_cli runs build/X/delta; $DELTA_TOOL overrides) as a
+ * child process and checks its exit status, messages and files:
  *  - --help, --version and --gpu help succeed;
  *  - every kind of bad usage or input exits 2 with a message on stderr,
  *    an infeasible budget exits 3, and nothing crashes;
  *  - a short real run writes valid JSON lines with the required fields;
+ *  - a managed policy (dtr) trains inside a budget under the keep peak, its
+ *    figures add up in the summary, and --trace writes a Chrome trace that
+ *    parses, with op and recompute spans and a memory counter that stays
+ *    within the budget; an infeasible budget touches no checkpoint;
  *  - --save then --load gives identical tensors; checkpoints written by
  *    PyTorch (tests/fixtures/checkpoints, from
  *    scripts/make_checkpoint_fixture.py) load; bad ones are refused;
@@ -117,7 +122,8 @@ static void test_help_and_version(void) {
     const char *help[] = {"--help", NULL};
     run_tool(&res, true, help);
     CHECK(res.status == 0 && strstr(res.out, "usage: delta train") &&
-              strstr(res.out, "--budget"),
+              strstr(res.out, "--budget") && strstr(res.out, "--trace") &&
+              strstr(res.out, "dtr") && strstr(res.out, "autoswap"),
           "train --help: status %d, stdout '%.200s'", res.status, res.out);
     const char *ver[] = {"--version", NULL};
     run_tool(&res, true, ver);
@@ -172,17 +178,17 @@ static void test_usage_errors(void) {
     FAILS(2, "unknown unit 'xB'", "--model", "gpt2-tiny", "--budget",
           "10xB");
     FAILS(2, "percentage", "--model", "gpt2-tiny", "--budget", "-5%");
-    FAILS(2, "not built yet", "--model", "gpt2-tiny", "--policy", "dtr");
+    /* (d) the message lists the session's policies */
     FAILS(2, "unknown policy 'nope'", "--model", "gpt2-tiny", "--policy",
           "nope");
+    CHECK(strstr(res.err, "keep, swap, checkpoint, dtr, capuchin, autoswap"),
+          "the policies are not listed: %.300s", res.err);
     FAILS(2, "CUDA backend is not built yet", "--model", "gpt2-tiny",
           "--backend", "cuda");
     FAILS(2, "unknown backend", "--model", "gpt2-tiny", "--backend", "tpu");
     FAILS(2, "unknown GPU 'nope'", "--model", "gpt2-tiny", "--gpu", "nope");
     FAILS(2, "needs --backend sim", "--model", "gpt2-tiny", "--backend",
           "cpu", "--gpu", "a100-80g");
-    FAILS(2, "--trace is not supported yet", "--model", "gpt2-tiny",
-          "--trace", "t.json");
     FAILS(2, "unknown optimizer", "--model", "gpt2-tiny", "--optimizer",
           "lion");
     FAILS(2, "/no/such/file", "--model", "gpt2-tiny", "--steps", "1",
@@ -255,11 +261,15 @@ static double num(const cJSON *o, const char *key) {
 
 static const char *step_fields[] = {
     "step", "loss", "step_s", "peak_device_bytes", "swap_out_bytes",
-    "swap_in_bytes", "recomputed_ops", "recompute_s", "stall_s", NULL,
+    "swap_in_bytes", "swap_outs", "swap_ins", "drops", "recomputed_ops",
+    "recompute_s", "stall_s", "defrag_moves", "baseline_peak_bytes",
+    "min_budget_bytes", "budget_bytes", NULL,
 };
 static const char *summary_fields[] = {
     "model", "batch", "steps", "backend", "gpu", "policy", "budget_bytes",
     "peak_device_bytes", "baseline_peak_bytes", "min_budget_bytes",
+    "swap_out_bytes", "swap_in_bytes", "swap_outs", "swap_ins", "drops",
+    "recomputed_ops", "recompute_s", "stall_s", "defrag_moves",
     "median_step_s", "final_loss", NULL,
 };
 
@@ -333,6 +343,257 @@ static void test_json_log(void) {
               "an unlimited budget is null");
     }
     for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+}
+
+/* ---- policies and traces ----------------------------------------------------- */
+
+static bool write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static bool file_holds(const char *path, const char *text) {
+    static char buf[256];
+    slurp(path, buf, sizeof buf);
+    return !strcmp(buf, text);
+}
+
+/* A whole file parsed as one JSON document, or NULL. */
+static cJSON *read_json_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) buf = malloc((size_t)n + 1);
+    cJSON *doc = NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        doc = cJSON_Parse(buf);
+    }
+    free(buf);
+    fclose(f);
+    return doc;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* What a Chrome trace holds, counted. */
+typedef struct trace_counts {
+    int op_spans;        /* ph X on the compute track (tid 0), cat "op" */
+    int recompute_spans; /* ph X on tid 0, cat "recompute" */
+    int memory_points;   /* "device memory" counter events */
+    int over_budget;     /* of which in_use > budget */
+    int bad_times;       /* spans with a negative ts or dur */
+    double budget;       /* the counter's budget (the last one seen) */
+} trace_counts;
+
+/* Parses path and counts its events; false when it is no JSON document
+ * with a traceEvents array. */
+static bool read_trace(const char *path, trace_counts *tc) {
+    memset(tc, 0, sizeof *tc);
+    cJSON *doc = read_json_file(path);
+    const cJSON *evs = cJSON_GetObjectItemCaseSensitive(doc, "traceEvents");
+    if (!cJSON_IsArray(evs)) {
+        cJSON_Delete(doc);
+        return false;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = str(e, "ph"), *cat = str(e, "cat");
+        if (!strcmp(ph, "X") && num(e, "tid") == 0) {
+            tc->op_spans += !strcmp(cat, "op");
+            tc->recompute_spans += !strcmp(cat, "recompute");
+        }
+        if (!strcmp(ph, "X"))
+            tc->bad_times += !(num(e, "ts") >= 0 && num(e, "dur") >= 0);
+        if (!strcmp(ph, "C") && !strcmp(str(e, "name"), "device memory")) {
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "args");
+            tc->memory_points++;
+            tc->budget = num(a, "budget");
+            tc->over_budget += !(num(a, "in_use") <= num(a, "budget"));
+        }
+    }
+    cJSON_Delete(doc);
+    return true;
+}
+
+/* (a) dtr inside 70% of the keep peak: every step and the run stay within
+ * the budget, something had to be evicted, and the summary's figures are
+ * the steps' (peak as a max, the rest summed). */
+static void test_dtr_in_budget(void) {
+    char json[128];
+    path_in_tmp(json, sizeof json, "dtr.jsonl");
+    TRAIN("--model", "gpt2-tiny", "--steps", "2", "--policy", "dtr",
+          "--budget", "70%", "--json", json);
+    CHECK(res.status == 0, "dtr 70%%: status %d: %s", res.status, res.err);
+    CHECK(strstr(res.out, "policy dtr") && strstr(res.out, "dtr over 2 "
+                                                           "steps"),
+          "the report should name the policy and its totals: %s", res.out);
+    CHECK(strstr(res.err, "recomp"), "the progress line shows no "
+          "recomputation: %.400s", res.err);
+    cJSON *objs[4];
+    int n = read_json_lines(json, objs, 4);
+    CHECK(n >= 0, "%s does not parse as JSON lines", json);
+    const cJSON *s = n == 3 ? check_log("dtr", objs, n, 2, false) : NULL;
+    if (s) {
+        double budget = num(s, "budget_bytes"), peak = 0, drops = 0,
+               swaps = 0, recomputed = 0, recompute_s = 0;
+        CHECK(!strcmp(str(s, "policy"), "dtr"), "summary policy '%s'",
+              str(s, "policy"));
+        CHECK(num(s, "peak_device_bytes") <= budget,
+              "summary peak %.0f over the budget %.0f",
+              num(s, "peak_device_bytes"), budget);
+        CHECK(num(s, "min_budget_bytes") <= budget &&
+                  budget < num(s, "baseline_peak_bytes"),
+              "min %.0f, budget %.0f, baseline %.0f",
+              num(s, "min_budget_bytes"), budget,
+              num(s, "baseline_peak_bytes"));
+        for (int i = 0; i < 2; i++) {
+            CHECK(num(objs[i], "budget_bytes") == budget &&
+                      num(objs[i], "peak_device_bytes") <= budget,
+                  "step %d: peak %.0f, budget %.0f", i + 1,
+                  num(objs[i], "peak_device_bytes"),
+                  num(objs[i], "budget_bytes"));
+            CHECK(num(objs[i], "baseline_peak_bytes") ==
+                          num(s, "baseline_peak_bytes") &&
+                      num(objs[i], "min_budget_bytes") ==
+                          num(s, "min_budget_bytes"),
+                  "step %d: the dry plan's figures differ", i + 1);
+            peak = fmax(peak, num(objs[i], "peak_device_bytes"));
+            drops += num(objs[i], "drops");
+            swaps += num(objs[i], "swap_outs");
+            recomputed += num(objs[i], "recomputed_ops");
+            recompute_s += num(objs[i], "recompute_s");
+        }
+        CHECK(num(s, "peak_device_bytes") == peak && num(s, "drops") == drops
+                  && num(s, "swap_outs") == swaps &&
+                  num(s, "recomputed_ops") == recomputed &&
+                  fabs(num(s, "recompute_s") - recompute_s) <= 1e-9,
+              "the summary is not the steps' totals");
+        /* below the keep peak (the max-live bound is within 0.5% of it),
+         * something must leave the device */
+        CHECK(drops + swaps > 0, "dtr evicted nothing at 70%%");
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+}
+
+/* (b) Below the dry plan's minimum the session refuses before any step, for
+ * a managed policy as for keep: exit 3, a message naming the minimum, and a
+ * checkpoint already at the --save path keeps its bytes. The trace, opened
+ * before the session, is still a whole document. */
+static void test_budget_below_minimum(void) {
+    char ckpt[128], trace[128];
+    path_in_tmp(ckpt, sizeof ckpt, "precious.safetensors");
+    path_in_tmp(trace, sizeof trace, "refused.json");
+    CHECK(write_text(ckpt, "not to be touched"), "writing %s", ckpt);
+    FAILS(3, "minimum", "--model", "gpt2-tiny", "--steps", "1", "--policy",
+          "dtr", "--budget", "5%", "--save", ckpt, "--trace", trace);
+    CHECK(strstr(res.err, "delta train: budget"), "not prefixed like other "
+          "errors: %.300s", res.err);
+    CHECK(!strstr(res.out, "steps of batch"), "trained anyway: %s", res.out);
+    CHECK(file_holds(ckpt, "not to be touched"), "%s was touched", ckpt);
+    trace_counts tc;
+    CHECK(read_trace(trace, &tc) && tc.op_spans == 0,
+          "%s: not a trace, or ops in it", trace);
+}
+
+/* A managed policy that cannot fit an op mid-run exits 3 with the
+ * session's message after "delta train: step N:", saves nothing, and its
+ * trace is complete. dtr at 20% of gpt2-tiny's peak fails that way today
+ * (it only drops activations); when it learns to swap the run succeeds,
+ * which is fine too, and then only the trace is checked. */
+static void test_budget_mid_run(void) {
+    char ckpt[128], trace[128];
+    path_in_tmp(ckpt, sizeof ckpt, "kept.safetensors");
+    path_in_tmp(trace, sizeof trace, "midrun.json");
+    CHECK(write_text(ckpt, "not to be touched"), "writing %s", ckpt);
+    TRAIN("--model", "gpt2-tiny", "--steps", "1", "--policy", "dtr",
+          "--budget", "20%", "--save", ckpt, "--trace", trace, "--quiet");
+    CHECK(res.status == 0 || res.status == 3, "status %d: %.400s",
+          res.status, res.err);
+    if (res.status == 3) {
+        CHECK(strstr(res.err, "delta train: step 1: ") &&
+                  strstr(res.err, "budget"),
+              "mid-run message: %.400s", res.err);
+        CHECK(file_holds(ckpt, "not to be touched"), "%s was touched",
+              ckpt);
+    } else {
+        printf("  dtr fits gpt2-tiny in 20%%: the mid-run failure path is "
+               "not exercised\n");
+    }
+    trace_counts tc;
+    CHECK(read_trace(trace, &tc) && tc.over_budget == 0,
+          "%s: not a whole trace, or over the budget", trace);
+}
+
+/* (c) --trace with dtr at 60%: compute spans, at least one recomputation,
+ * and a memory counter that never passes the budget of the run. And keep's
+ * session (no budget) writes the same kinds of events. */
+static void test_trace(void) {
+    char trace[128], json[128];
+    path_in_tmp(trace, sizeof trace, "dtr.json");
+    path_in_tmp(json, sizeof json, "dtr-trace.jsonl");
+    TRAIN("--model", "gpt2-tiny", "--steps", "2", "--policy", "dtr",
+          "--budget", "60%", "--trace", trace, "--json", json, "--quiet");
+    CHECK(res.status == 0, "dtr 60%% --trace: status %d: %s", res.status,
+          res.err);
+    trace_counts tc;
+    CHECK(read_trace(trace, &tc), "%s does not parse as a trace", trace);
+    CHECK(tc.op_spans > 0 && tc.recompute_spans > 0,
+          "%d op spans, %d recompute spans", tc.op_spans,
+          tc.recompute_spans);
+    CHECK(tc.memory_points > 0 && tc.over_budget == 0,
+          "%d memory points, %d over the budget", tc.memory_points,
+          tc.over_budget);
+    CHECK(tc.bad_times == 0, "%d spans with negative times", tc.bad_times);
+    cJSON *objs[3];
+    int n = read_json_lines(json, objs, 3);
+    if (n == 3) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(objs[2], "summary");
+        CHECK(tc.budget == num(s, "budget_bytes"), "the counter's budget "
+              "%.0f is not the run's %.0f", tc.budget,
+              num(s, "budget_bytes"));
+    }
+    CHECK(n == 3, "%s: %d lines", json, n);
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+
+    path_in_tmp(trace, sizeof trace, "keep.json");
+    TRAIN("--model", "mlp", "--data", "synthetic", "--steps", "1",
+          "--trace", trace, "--quiet");
+    CHECK(res.status == 0, "keep --trace: status %d: %s", res.status,
+          res.err);
+    CHECK(read_trace(trace, &tc) && tc.op_spans > 0 &&
+              tc.memory_points > 0 && tc.over_budget == 0 &&
+              tc.recompute_spans == 0,
+          "keep trace: %d op spans, %d memory points (%d over), %d "
+          "recomputations", tc.op_spans, tc.memory_points, tc.over_budget,
+          tc.recompute_spans);
+}
+
+/* (e) A trace that cannot be created is refused before training (exit 2);
+ * one whose writes fail is reported after it, also with 2; delta plan has
+ * nothing to trace. */
+static void test_trace_errors(void) {
+    char trace[128];
+    snprintf(trace, sizeof trace, "%s/no/such/dir/t.json", tmpdir);
+    FAILS(2, "--trace", "--model", "gpt2-tiny", "--steps", "1", "--trace",
+          trace);
+    CHECK(strstr(res.err, "no/such/dir/t.json") &&
+              !strstr(res.out, "steps of batch"),
+          "trained, or the path is not named: %.300s", res.err);
+    if (access("/dev/full", W_OK) == 0)
+        FAILS(2, "writing the trace failed", "--model", "mlp", "--data",
+              "synthetic", "--steps", "1", "--trace", "/dev/full");
+    const char *plan[] = {"plan", "--model", "mlp", "--trace", trace, NULL};
+    run_tool(&res, false, plan);
+    CHECK(res.status == 2 && strstr(res.err, "--trace"),
+          "plan --trace: status %d: %.300s", res.status, res.err);
 }
 
 /* ---- checkpoints ------------------------------------------------------------ */
@@ -672,9 +933,20 @@ static void test_sim_backend(void) {
     sim_run("gpt2-xl", "1");
 }
 
-int main(void) {
+/* build/X/tests/test_cli tests build/X/delta: builds in separate folders
+ * (BUILD=..., sanitizers) each test their own tool. */
+static void tool_beside(const char *self) {
+    static char path[4096];
+    const char *t = strstr(self, "/tests/");
+    if (!t || (size_t)(t - self) + sizeof "/delta" > sizeof path) return;
+    snprintf(path, sizeof path, "%.*s/delta", (int)(t - self), self);
+    tool = path;
+}
+
+int main(int argc, char **argv) {
     const char *t = getenv("DELTA_TOOL");
     if (t && *t) tool = t;
+    else if (argc > 0) tool_beside(argv[0]);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/delta_test_cli_XXXXXX");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
@@ -690,6 +962,11 @@ int main(void) {
     TEST_RUN(test_usage_errors);
     TEST_RUN(test_budget_errors);
     TEST_RUN(test_json_log);
+    TEST_RUN(test_dtr_in_budget);
+    TEST_RUN(test_budget_below_minimum);
+    TEST_RUN(test_budget_mid_run);
+    TEST_RUN(test_trace);
+    TEST_RUN(test_trace_errors);
     TEST_RUN(test_save_load_roundtrip);
     TEST_RUN(test_load_errors);
     TEST_RUN(test_pytorch_checkpoints);

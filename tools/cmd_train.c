@@ -62,7 +62,12 @@ static void usage(FILE *f) {
 "  --budget B           device memory: unlimited (default; on sim the GPU's\n"
 "                       memory), N%% of the unconstrained peak of the dry\n"
 "                       plan, or a size such as 512MiB, 2GB, 1.5GiB, 1048576\n"
-"  --policy NAME        keep (the only policy built so far)\n"
+"  --policy NAME        what to do when the budget is short: keep (default;\n"
+"                       every tensor stays on the device, so the budget\n"
+"                       must hold the whole peak), swap (vDNN), checkpoint\n"
+"                       (sqrt n), dtr, capuchin or autoswap (these swap\n"
+"                       tensors to host memory and back and recompute\n"
+"                       activations, down to the dry plan's minimum)\n"
 "  --link-bw GB/s       cpu: emulated host link, 0 = unthrottled. Default:\n"
 "                       unthrottled with an unlimited budget, else the\n"
 "                       backend's default (1 byte per 1,000 GEMM flops)\n"
@@ -72,12 +77,15 @@ static void usage(FILE *f) {
 "                       (PyTorch names; loads with load_state_dict)\n"
 "  --load FILE          start from a checkpoint (delta's or PyTorch's)\n"
 "  --json FILE          one JSON object per step and a final summary\n"
+"  --trace FILE         Chrome trace of the run (ops, recomputations,\n"
+"                       copies, device memory) for ui.perfetto.dev or\n"
+"                       chrome://tracing\n"
 "  --quiet              print only the final summary line\n"
 "  -h, --help           this help\n"
 "  --version            the version and the build's features\n"
 "\n"
-"exit status: 0 done, 2 bad usage or input, 3 budget below the minimum,\n"
-"1 any other failure\n");
+"exit status: 0 done, 2 bad usage or input, 3 budget too small (below the\n"
+"minimum, or the policy cannot fit an op in it), 1 any other failure\n");
 }
 
 static void list_gpus(FILE *f) {
@@ -139,10 +147,25 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* Policies of the design that the runtime does not have yet. */
-static const char *const later_policies[] = {
-    "swap", "checkpoint", "dtr", "capuchin", "autoswap", "delta", NULL,
-};
+/* The session's list is the truth, so a policy the library gains is
+ * accepted here without a change. */
+static bool policy_known(const char *name) {
+    for (const char *const *p = delta_session_policies(); *p; p++)
+        if (!strcmp(*p, name)) return true;
+    return false;
+}
+
+/* "keep, swap, ..." into buf (cut short if buf is). */
+static const char *policy_list(char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const char *const *p = delta_session_policies(); *p; p++) {
+        int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", *p);
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+    return buf;
+}
 
 /* The long name of option value v, for messages. */
 static const char *opt_name(int v) {
@@ -283,18 +306,10 @@ static int parse_args(int argc, char **argv, train_config *c) {
                 return usage_error("%s", err);
             break;
         case OPT_POLICY:
-            if (strcmp(a, "keep")) {
-                for (int i = 0; later_policies[i]; i++)
-                    if (!strcmp(a, later_policies[i]))
-                        return usage_error("policy '%s' is not built yet; "
-                                           "only keep is available (swap "
-                                           "and recompute policies come "
-                                           "with the budgeted runtime)",
-                                           a);
+            if (!policy_known(a)) {
+                char list[256];
                 return usage_error("unknown policy '%s'; the policies are: "
-                                   "keep (built), swap, checkpoint, dtr, "
-                                   "capuchin, autoswap, delta (not built "
-                                   "yet)", a);
+                                   "%s", a, policy_list(list, sizeof list));
             }
             c->policy = a;
             break;
@@ -303,9 +318,7 @@ static int parse_args(int argc, char **argv, train_config *c) {
                 return usage_error("%s", err);
             c->link_set = true;
             break;
-        case OPT_TRACE:
-            return usage_error("--trace is not supported yet (Chrome traces "
-                               "come with the budgeted runtime)");
+        case OPT_TRACE: c->trace = a; break;
         case OPT_EVAL_BATCHES:
             if (!parse_i64(opt, a, 0, INT64_MAX, &c->eval_batches, err,
                            sizeof err))
@@ -367,6 +380,13 @@ int cmd_train(int argc, char **argv) {
     if (st == DELTA_OK) st = trainer_save(&t);
     if (st == DELTA_OK) st = trainer_report(&t);
     if (st != DELTA_OK) fprintf(stderr, "delta train: %s\n", t.err);
+    /* On every path, so a run that failed still leaves a trace that opens;
+     * its own failure is reported too but does not hide the first one. */
+    delta_status tst = trainer_close_trace(&t);
+    if (tst != DELTA_OK) {
+        fprintf(stderr, "delta train: %s\n", t.err);
+        if (st == DELTA_OK) st = tst;
+    }
     trainer_free(&t);
     return trainer_exit_code(st);
 }

@@ -56,7 +56,7 @@ void json_add_number_or_null(cJSON *obj, const char *key, double v) {
 }
 
 bool json_log_step(json_log *l, int64_t step, double loss,
-                   const delta_step_stats *st) {
+                   const delta_step_stats *st, bool budget_limited) {
     if (!l) return true;
     cJSON *o = cJSON_CreateObject();
     if (!o) return false;
@@ -65,11 +65,26 @@ bool json_log_step(json_log *l, int64_t step, double loss,
     cJSON_AddNumberToObject(o, "step_s", st->step_s);
     cJSON_AddNumberToObject(o, "peak_device_bytes",
                             (double)st->peak_device_bytes);
+    cJSON_AddNumberToObject(o, "live_peak_bytes",
+                            (double)st->live_peak_bytes);
     cJSON_AddNumberToObject(o, "swap_out_bytes", (double)st->swap_out_bytes);
     cJSON_AddNumberToObject(o, "swap_in_bytes", (double)st->swap_in_bytes);
+    cJSON_AddNumberToObject(o, "swap_outs", st->swap_outs);
+    cJSON_AddNumberToObject(o, "swap_ins", st->swap_ins);
+    cJSON_AddNumberToObject(o, "drops", st->drops);
     cJSON_AddNumberToObject(o, "recomputed_ops", st->recomputed_ops);
     cJSON_AddNumberToObject(o, "recompute_s", st->recompute_s);
     cJSON_AddNumberToObject(o, "stall_s", st->stall_s);
+    cJSON_AddNumberToObject(o, "defrag_moves", st->defrag_moves);
+    cJSON_AddNumberToObject(o, "defrag_bytes", (double)st->defrag_bytes);
+    cJSON_AddNumberToObject(o, "baseline_peak_bytes",
+                            (double)st->baseline_peak_bytes);
+    cJSON_AddNumberToObject(o, "min_budget_bytes",
+                            (double)st->min_budget_bytes);
+    if (budget_limited)
+        cJSON_AddNumberToObject(o, "budget_bytes", (double)st->budget_bytes);
+    else
+        cJSON_AddNullToObject(o, "budget_bytes");
     bool ok = json_log_write(l, o);
     cJSON_Delete(o);
     return ok;

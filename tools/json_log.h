@@ -1,9 +1,13 @@
 /* The --json log: one JSON object a line (JSON Lines), written with cJSON.
  * Each training step adds {"step", "loss", "step_s", "peak_device_bytes",
- * "swap_out_bytes", "swap_in_bytes", "recomputed_ops", "recompute_s",
- * "stall_s"}; the run ends with {"summary": {...}}. A loss that is not
- * meaningful (sim) or not finite is written as null. The file is flushed,
- * fsync'd and closed by json_log_close, which reports any write error. */
+ * "live_peak_bytes", "swap_out_bytes", "swap_in_bytes", "swap_outs",
+ * "swap_ins", "drops", "recomputed_ops", "recompute_s", "stall_s",
+ * "defrag_moves", "defrag_bytes", "baseline_peak_bytes",
+ * "min_budget_bytes", "budget_bytes"}, the session's figures of that step
+ * (delta_step_stats); the run ends with {"summary": {...}}. A loss that is
+ * not meaningful (sim) or not finite is written as null, and so is an
+ * unlimited budget. The file is flushed, fsync'd and closed by
+ * json_log_close, which reports any write error. */
 #ifndef DELTA_TOOLS_JSON_LOG_H
 #define DELTA_TOOLS_JSON_LOG_H
 
@@ -23,9 +27,10 @@ json_log *json_log_open(const char *path, char *err, size_t err_len);
 /* Writes obj as one line; obj stays the caller's. */
 bool json_log_write(json_log *l, const cJSON *obj);
 
-/* One step's line. loss NAN gives null. */
+/* One step's line. loss NAN gives null; budget_limited false writes
+ * budget_bytes as null (the arena was sized to fit, nobody chose it). */
 bool json_log_step(json_log *l, int64_t step, double loss,
-                   const delta_step_stats *st);
+                   const delta_step_stats *st, bool budget_limited);
 
 /* Adds a number, or null when v is not finite, to obj under key. */
 void json_add_number_or_null(cJSON *obj, const char *key, double v);

@@ -24,7 +24,8 @@ progress_mode progress_pick_mode(FILE *out, bool quiet) {
 }
 
 void progress_init(progress *p, progress_mode mode, FILE *out, int64_t steps,
-                   const char *unit, double units_per_step, bool simulated) {
+                   const char *unit, double units_per_step, bool simulated,
+                   size_t budget_bytes) {
     memset(p, 0, sizeof *p);
     p->mode = mode;
     p->out = out;
@@ -33,15 +34,47 @@ void progress_init(progress *p, progress_mode mode, FILE *out, int64_t steps,
     p->unit = unit;
     p->units_per_step = units_per_step;
     p->simulated = simulated;
+    p->budget_bytes = budget_bytes;
     p->t0 = progress_now();
     p->last_draw = -1e9;
 }
 
-/* "step 12/400  loss 0.5123  1534 samples/s  mem 12.3 MiB" into buf. */
+/* The step's peak against the budget, "12.3 MiB/16.0 MiB (77%)" (the
+ * percentage, rounded down so that 100% means full, tells 5.9 of 5.9 MiB
+ * from a full arena), then only those of the policy's figures that are not
+ * 0, "  swap 1.2 MiB out 0.8 MiB in  recomp 34 ops 0.120 s  stall 0.031 s",
+ * so that a keep run's line stays as short as before. */
+static void format_memory(const progress *p, const delta_step_stats *s,
+                          char *buf, size_t n) {
+    char a[32], b[32];
+    size_t used = 0;
+    delta_format_bytes((double)s->peak_device_bytes, a, sizeof a);
+    if (p->budget_bytes)
+        used += (size_t)snprintf(
+            buf, n, "%s/%s (%.0f%%)", a,
+            delta_format_bytes((double)p->budget_bytes, b, sizeof b),
+            floor(100.0 * (double)s->peak_device_bytes /
+                  (double)p->budget_bytes));
+    else
+        used += (size_t)snprintf(buf, n, "%s", a);
+    if (used < n && (s->swap_out_bytes || s->swap_in_bytes))
+        used += (size_t)snprintf(
+            buf + used, n - used, "  swap %s out %s in",
+            delta_format_bytes((double)s->swap_out_bytes, a, sizeof a),
+            delta_format_bytes((double)s->swap_in_bytes, b, sizeof b));
+    if (used < n && s->recomputed_ops)
+        used += (size_t)snprintf(buf + used, n - used,
+                                 "  recomp %d ops %.3f s", s->recomputed_ops,
+                                 s->recompute_s);
+    if (used < n && s->stall_s > 0)
+        snprintf(buf + used, n - used, "  stall %.3f s", s->stall_s);
+}
+
+/* "step 12/400  loss 0.5123  1534 samples/s  mem ..." into buf. */
 static void format_status(const progress *p, int64_t step, double loss,
-                          size_t bytes, char *buf, size_t n) {
-    char mem[32], lossbuf[32], rate[48];
-    delta_format_bytes((double)bytes, mem, sizeof mem);
+                          const delta_step_stats *s, char *buf, size_t n) {
+    char mem[160], lossbuf[32], rate[48];
+    format_memory(p, s, mem, sizeof mem);
     if (isnan(loss))
         snprintf(lossbuf, sizeof lossbuf, "%s", p->simulated ? "-" : "nan");
     else
@@ -53,18 +86,18 @@ static void format_status(const progress *p, int64_t step, double loss,
              (long long)p->steps, lossbuf, rate, mem);
 }
 
-void progress_step(progress *p, int64_t step, double loss, double step_s,
-                   size_t device_bytes) {
+void progress_step(progress *p, int64_t step, double loss,
+                   const delta_step_stats *s) {
     /* Smoothed over about ten steps; the first step (warm-up) only seeds. */
-    p->ema_step_s = p->ema_step_s > 0 ? 0.9 * p->ema_step_s + 0.1 * step_s
-                                      : step_s;
+    p->ema_step_s = p->ema_step_s > 0 ? 0.9 * p->ema_step_s + 0.1 * s->step_s
+                                      : s->step_s;
     bool last = step >= p->steps;
-    char line[256];
+    char line[320];
     switch (p->mode) {
     case PROGRESS_QUIET: return;
     case PROGRESS_LINES:
         if (step % p->every && !last && step != 1) return;
-        format_status(p, step, loss, device_bytes, line, sizeof line);
+        format_status(p, step, loss, s, line, sizeof line);
         fprintf(p->out, "%s  (%.1f s)\n", line, progress_now() - p->t0);
         fflush(p->out);
         return;
@@ -76,7 +109,7 @@ void progress_step(progress *p, int64_t step, double loss, double step_s,
         int full = p->steps ? (int)(BAR_CELLS * step / p->steps) : BAR_CELLS;
         for (int i = 0; i < BAR_CELLS; i++) bar[i] = i < full ? '#' : '.';
         bar[BAR_CELLS] = '\0';
-        format_status(p, step, loss, device_bytes, line, sizeof line);
+        format_status(p, step, loss, s, line, sizeof line);
         int n = fprintf(p->out, "\r[%s] %s", bar, line);
         /* Blank what a longer previous line left behind. */
         for (int i = n; i < p->drawn; i++) fputc(' ', p->out);

@@ -1,8 +1,9 @@
 /* Training progress on stderr: a one-line bar redrawn in place with \r on a
  * terminal, plain lines (about every 10% of the steps, and the last) when
  * stderr is a file or a pipe, or nothing (--quiet). Each report shows the
- * step, the loss, the throughput (samples/s or tokens/s) and the device
- * memory in use (the arena's high-water mark). */
+ * step, the loss, the throughput (samples/s or tokens/s), the step's device
+ * memory peak (the arena's high-water mark) against the budget, and, only
+ * when the step had any, its swapped bytes, recomputed ops and stall. */
 #ifndef DELTA_TOOLS_PROGRESS_H
 #define DELTA_TOOLS_PROGRESS_H
 
@@ -10,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "delta/session.h"
 
 typedef enum progress_mode {
     PROGRESS_QUIET = 0,
@@ -25,6 +28,7 @@ typedef struct progress {
     const char *unit;       /* "samples" or "tokens" */
     double units_per_step;  /* batch or batch * T */
     bool simulated;         /* sim: times are simulated, there is no loss */
+    size_t budget_bytes;    /* 0: unlimited (no "of budget" shown) */
     double ema_step_s;      /* smoothed step time (0 before the first) */
     double last_draw;       /* wall clock of the last redraw */
     double t0;              /* wall clock at progress_init */
@@ -35,11 +39,12 @@ typedef struct progress {
 progress_mode progress_pick_mode(FILE *out, bool quiet);
 
 void progress_init(progress *p, progress_mode mode, FILE *out, int64_t steps,
-                   const char *unit, double units_per_step, bool simulated);
-/* Reports step `step` (1-based) of the run: loss (NAN when there is none),
- * its seconds and the device bytes in use. */
-void progress_step(progress *p, int64_t step, double loss, double step_s,
-                   size_t device_bytes);
+                   const char *unit, double units_per_step, bool simulated,
+                   size_t budget_bytes);
+/* Reports step `step` (1-based) of the run: loss (NAN when there is none)
+ * and the session's figures of the step. */
+void progress_step(progress *p, int64_t step, double loss,
+                   const delta_step_stats *s);
 /* Ends the bar's line (a no-op in the other modes). */
 void progress_finish(progress *p);
 

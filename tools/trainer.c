@@ -366,6 +366,7 @@ static delta_status setup_backend(trainer *t) {
         .policy = c->policy,
         .outputs = outputs,
         .n_outputs = will_evaluate(t) ? 1 : 0,
+        .trace = t->trace,
     };
     delta_status st;
     t->session = delta_session_new(t->ctx, &so, &st, sub, sizeof sub);
@@ -389,6 +390,10 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     if (t->sim && c->save)
         return fail(t, DELTA_ERR_INVALID_ARG, "--save: the sim backend "
                     "computes no values, so there is nothing to save");
+    if (c->plan_only && c->trace)
+        return fail(t, DELTA_ERR_INVALID_ARG, "--trace: delta plan runs "
+                    "nothing, so there is nothing to trace; give it to "
+                    "delta train");
 
     if (c->save) {
         /* Refuse an unwritable --save now rather than after training. */
@@ -446,6 +451,13 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         if (!t->json) return fail(t, DELTA_ERR_IO, "%s", sub);
     }
     if (c->plan_only) return DELTA_OK;
+    /* Before the session, which writes into it from its creation on (the
+     * persistent tensors' first placement), and so that a bad path is
+     * refused before any training. */
+    if (c->trace) {
+        t->trace = delta_trace_open(c->trace, sub, sizeof sub);
+        if (!t->trace) return fail(t, DELTA_ERR_IO, "--trace: %s", sub);
+    }
     st = setup_backend(t);
     if (st != DELTA_OK) return st;
     st = write_constants(t);
@@ -487,6 +499,22 @@ static double median(double *v, int64_t n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Adds one step's figures to the run's: peaks as a max, the rest summed. */
+static void add_step(train_result *r, const delta_step_stats *s) {
+    if (s->peak_device_bytes > r->peak_device_bytes)
+        r->peak_device_bytes = s->peak_device_bytes;
+    r->swap_out_bytes += s->swap_out_bytes;
+    r->swap_in_bytes += s->swap_in_bytes;
+    r->swap_outs += s->swap_outs;
+    r->swap_ins += s->swap_ins;
+    r->drops += s->drops;
+    r->recomputed_ops += s->recomputed_ops;
+    r->recompute_s += s->recompute_s;
+    r->stall_s += s->stall_s;
+    r->defrag_moves += s->defrag_moves;
+    r->defrag_bytes += s->defrag_bytes;
+}
+
 /* Copies the loader's batch into the session's inputs. */
 static delta_status write_batch(trainer *t) {
     const delta_model *m = &t->model;
@@ -515,7 +543,8 @@ delta_status trainer_train(trainer *t) {
                             : (double)(m->batch * m->seq_len);
     progress p;
     progress_init(&p, progress_pick_mode(stderr, c->quiet), stderr, steps,
-                  t->image ? "samples" : "tokens", units, t->sim);
+                  t->image ? "samples" : "tokens", units, t->sim,
+                  t->budget_bytes);
     train_result *r = &t->result;
     delta_status st = DELTA_OK;
     double t0 = progress_now();
@@ -546,10 +575,9 @@ delta_status trainer_train(trainer *t) {
         times[i] = s.step_s;
         r->steps_done = i + 1;
         r->final_loss = loss;
-        if (s.peak_device_bytes > r->peak_device_bytes)
-            r->peak_device_bytes = s.peak_device_bytes;
-        progress_step(&p, i + 1, loss, s.step_s, s.peak_device_bytes);
-        json_log_step(t->json, i + 1, loss, &s);
+        add_step(r, &s);
+        progress_step(&p, i + 1, loss, &s);
+        json_log_step(t->json, i + 1, loss, &s, t->budget_bytes != 0);
         if (!t->sim && !isfinite(loss)) {
             st = fail(t, DELTA_ERR_STATE, "the loss is %g at step %" PRId64
                       ": training diverged; try a lower --lr (now %g)", loss,
@@ -656,6 +684,40 @@ delta_status trainer_save(trainer *t) {
     return st;
 }
 
+/* What a managed policy did over the run, in words, on stdout (keep never
+ * swaps or recomputes: nothing to say). */
+static void print_policy_totals(const trainer *t) {
+    const train_result *r = &t->result;
+    if (!strcmp(t->cfg.policy, "keep") || r->steps_done == 0) return;
+    char out[32], in[32], moved[32];
+    const char *secs = t->sim ? " simulated" : "";
+    printf("%s over %" PRId64 " steps: dropped %" PRId64 " activations, "
+           "recomputed %" PRId64 " ops in %.3f%s s; swapped out %s (%" PRId64
+           " copies), swapped in %s (%" PRId64 " copies); compute stalled "
+           "%.3f%s s; %" PRId64 " compaction moves (%s)\n",
+           t->cfg.policy, r->steps_done, r->drops, r->recomputed_ops,
+           r->recompute_s, secs,
+           delta_format_bytes((double)r->swap_out_bytes, out, sizeof out),
+           r->swap_outs,
+           delta_format_bytes((double)r->swap_in_bytes, in, sizeof in),
+           r->swap_ins, r->stall_s, secs, r->defrag_moves,
+           delta_format_bytes((double)r->defrag_bytes, moved, sizeof moved));
+}
+
+/* The run's totals of the policy's work into the JSON summary. */
+static void add_policy_totals(cJSON *s, const train_result *r) {
+    cJSON_AddNumberToObject(s, "swap_out_bytes", (double)r->swap_out_bytes);
+    cJSON_AddNumberToObject(s, "swap_in_bytes", (double)r->swap_in_bytes);
+    cJSON_AddNumberToObject(s, "swap_outs", (double)r->swap_outs);
+    cJSON_AddNumberToObject(s, "swap_ins", (double)r->swap_ins);
+    cJSON_AddNumberToObject(s, "drops", (double)r->drops);
+    cJSON_AddNumberToObject(s, "recomputed_ops", (double)r->recomputed_ops);
+    cJSON_AddNumberToObject(s, "recompute_s", r->recompute_s);
+    cJSON_AddNumberToObject(s, "stall_s", r->stall_s);
+    cJSON_AddNumberToObject(s, "defrag_moves", (double)r->defrag_moves);
+    cJSON_AddNumberToObject(s, "defrag_bytes", (double)r->defrag_bytes);
+}
+
 delta_status trainer_report(trainer *t) {
     const train_config *c = &t->cfg;
     const train_result *r = &t->result;
@@ -674,19 +736,21 @@ delta_status trainer_report(trainer *t) {
     else if (t->sim)
         n = snprintf(line, sizeof line, "%s on simulated %s: %" PRId64
                      " steps of batch %" PRId64 ", median step %.4g s "
-                     "(simulated), %.0f %s, peak device memory %s of %s",
-                     m->name, c->gpu, r->steps_done, m->batch,
-                     r->median_step_s, r->units_per_s, unit, peak, budget);
+                     "(simulated), %.0f %s, peak device memory %s of %s "
+                     "(policy %s)", m->name, c->gpu, r->steps_done, m->batch,
+                     r->median_step_s, r->units_per_s, unit, peak, budget,
+                     c->policy);
     else
         n = snprintf(line, sizeof line, "%s: %" PRId64 " steps of batch %"
                      PRId64 " in %.1f s, final loss %.4f, %.0f %s, peak "
-                     "device memory %s (budget %s)", m->name, r->steps_done,
-                     m->batch, r->train_s, r->final_loss, r->units_per_s,
-                     unit, peak, budget);
+                     "device memory %s (budget %s, policy %s)", m->name,
+                     r->steps_done, m->batch, r->train_s, r->final_loss,
+                     r->units_per_s, unit, peak, budget, c->policy);
     if (c->quiet && r->evaluated && n > 0 && (size_t)n < sizeof line)
         snprintf(line + n, sizeof line - (size_t)n, ", test accuracy %.4f",
                  r->test_accuracy);
     printf("%s\n", line);
+    if (!c->quiet) print_policy_totals(t);
     if (r->evaluated && !c->quiet)
         printf("test accuracy: %.4f (%" PRId64 " test images, loss %.4f)\n",
                r->test_accuracy, r->test_samples, r->test_loss);
@@ -717,6 +781,7 @@ delta_status trainer_report(trainer *t) {
                             (double)t->plan.peak_bytes);
     cJSON_AddNumberToObject(s, "min_budget_bytes",
                             (double)t->plan.min_budget_bytes);
+    add_policy_totals(s, r);
     cJSON_AddNumberToObject(s, "median_step_s", r->median_step_s);
     json_add_number_or_null(s, "final_loss", r->final_loss);
     cJSON_AddNumberToObject(s, t->image ? "samples_per_s" : "tokens_per_s",
@@ -741,6 +806,20 @@ delta_status trainer_report(trainer *t) {
     return DELTA_OK;
 }
 
+delta_status trainer_close_trace(trainer *t) {
+    if (!t->trace) return DELTA_OK;
+    /* The session is the trace's writer (to its last copy): it goes first. */
+    delta_session_free(t->session);
+    t->session = NULL;
+    char sub[512];
+    delta_status st = delta_trace_close(t->trace, sub, sizeof sub);
+    t->trace = NULL;
+    if (st != DELTA_OK)
+        return fail(t, st, "--trace %s: %s", t->cfg.trace, sub);
+    info(t, "trace: %s", t->cfg.trace);
+    return DELTA_OK;
+}
+
 void trainer_free(trainer *t) {
     if (!t) return;
     if (t->json) {
@@ -749,6 +828,12 @@ void trainer_free(trainer *t) {
         t->json = NULL;
     }
     delta_session_free(t->session);
+    t->session = NULL;
+    if (t->trace) {
+        char sub[512];
+        delta_trace_close(t->trace, sub, sizeof sub);
+        t->trace = NULL;
+    }
     delta_backend_free(t->backend);
     delta_batch_release(&t->batch);
     delta_loader_free(t->loader);

@@ -56,6 +56,7 @@ typedef struct train_config {
     bool no_shuffle;
     int threads;                        /* 0: all cores */
     const char *save, *load, *json;     /* NULL: none */
+    const char *trace;                  /* Chrome trace file; NULL: none */
     bool quiet;
     int64_t eval_batches;               /* < 0: the whole test split;
                                            0: no evaluation */
@@ -75,6 +76,10 @@ typedef struct train_result {
     double median_step_s;
     double train_s;             /* wall seconds of the training loop */
     size_t peak_device_bytes;   /* max over the steps */
+    /* What the policy did, summed over the steps: */
+    size_t swap_out_bytes, swap_in_bytes, defrag_bytes;
+    int64_t swap_outs, swap_ins, drops, recomputed_ops, defrag_moves;
+    double recompute_s, stall_s;
     double units_per_s;         /* samples/s (images) or tokens/s */
     bool evaluated;
     double test_accuracy, test_loss;
@@ -102,6 +107,7 @@ typedef struct trainer {
     double lr;
     train_result result;
     json_log *json;
+    delta_trace *trace;         /* --trace; the session writes into it */
     FILE *info;                 /* informational lines (NULL when quiet) */
     char err[1024];
 } trainer;
@@ -130,6 +136,13 @@ delta_status trainer_save(trainer *t);
 /* Prints the result line(s) on stdout and writes the JSON summary. */
 delta_status trainer_report(trainer *t);
 
+/* Completes the --trace file: frees the session (the trace's writer) and
+ * closes the trace, so the file is a whole JSON document whatever phase
+ * failed. DELTA_ERR_IO when any write to it failed. A no-op without
+ * --trace; after it only trainer_free is left to call. */
+delta_status trainer_close_trace(trainer *t);
+
+/* Frees everything (closing a trace still open without a word). */
 void trainer_free(trainer *t);
 
 /* 0 for DELTA_OK, 3 for DELTA_ERR_BUDGET, 2 for bad input (invalid
