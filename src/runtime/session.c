@@ -221,13 +221,17 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     }
     if (s->budget && s->budget < dp.min_budget_bytes) {
         *status = DELTA_ERR_BUDGET;
+        fmt_bytes((double)s->budget, b1);
+        fmt_bytes((double)dp.min_budget_bytes, b2);
+        if (!strcmp(b1, b2)) { /* too close to tell apart rounded */
+            snprintf(b1, sizeof b1, "%zu B", s->budget);
+            snprintf(b2, sizeof b2, "%zu B", dp.min_budget_bytes);
+        }
         fail(s, err, err_len,
              "budget %s is below the minimum %s needed by op %d (%s, %s); "
              "use a budget of %s or more",
-             fmt_bytes((double)s->budget, b1),
-             fmt_bytes((double)dp.min_budget_bytes, b2), dp.min_budget_op,
-             dp.min_budget_op_type, dp.min_budget_op_name,
-             fmt_bytes((double)dp.min_budget_bytes, b2));
+             b1, b2, dp.min_budget_op, dp.min_budget_op_type,
+             dp.min_budget_op_name, b2);
         goto fail;
     }
     s->baseline = dp.peak_bytes;

@@ -75,11 +75,19 @@ delta_trace *delta_trace_open(const char *path, char *err, size_t err_len) {
 delta_status delta_trace_close(delta_trace *t, char *err, size_t err_len) {
     if (!t) return DELTA_OK;
     fputs("\n]}\n", t->f);
-    bool bad = ferror(t->f) != 0;
-    if (fclose(t->f) != 0) bad = true;
+    /* the cause is known only for the flush and the close; an earlier
+     * failed write leaves just the error flag */
+    int cause = 0;
+    if (fflush(t->f) != 0) cause = errno;
+    bool bad = ferror(t->f) != 0 || cause != 0;
+    if (fclose(t->f) != 0) {
+        bad = true;
+        if (!cause) cause = errno;
+    }
     delta_status st = bad ? DELTA_ERR_IO : DELTA_OK;
-    if (bad) snprintf(err, err_len, "writing the trace failed: %s",
-                      strerror(errno));
+    if (bad)
+        snprintf(err, err_len, "writing the trace failed: %s",
+                 cause ? strerror(cause) : "a write to the file failed");
     free(t);
     return st;
 }
