@@ -262,7 +262,7 @@ static void test_sim_scale(void) {
     const delta_model_config cfgs[] = {
         {.name = "resnet50", .batch = 32, .image_size = 224, .channels = 3,
          .classes = 1000},
-        {.name = "gpt2-small", .batch = 2, .seq_len = 512},
+        {.name = "gpt2-small", .batch = 8, .seq_len = 1024},
     };
     for (int mi = 0; mi < 2; mi++) {
         for (const char *const *p = delta_session_policies(); *p; p++) {
