@@ -239,6 +239,8 @@ void managed_free(managed *m) {
     free(m->free_after);
     free(m->inflight);
     free(m->scratch);
+    free(m->gaps);
+    free(m->moved);
     free(m->op_s);
     free(m->op_measured);
     free(m);
@@ -311,10 +313,13 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->free_after = calloc(n1, sizeof(bool));
     m->inflight = calloc(n1, sizeof(int));
     m->scratch = calloc(n1, sizeof(mg_slot));
+    m->gaps = calloc(2 * n1 + 2, sizeof(size_t));
+    m->moved = calloc(n1, sizeof(bool));
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
         !m->host || !m->ev || !m->free_after || !m->inflight || !m->scratch ||
+        !m->gaps || !m->moved ||
         !m->op_s || !m->op_measured)
         goto nomem;
     for (int i = 0; i < nt; i++) {

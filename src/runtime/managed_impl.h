@@ -38,7 +38,9 @@ struct managed {
                                   not kept, when the copy completes */
     int *inflight;             /* roots with a copy in flight, issue order */
     int n_inflight;
-    mg_slot *scratch;          /* compaction order */
+    mg_slot *scratch;          /* live blocks by offset (making a gap) */
+    size_t *gaps;              /* free ranges (making a gap) */
+    bool *moved;               /* per scratch slot (making a gap) */
     size_t in_use;             /* device bytes held */
     double *op_s;              /* per op: last measured seconds */
     bool *op_measured;

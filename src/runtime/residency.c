@@ -1,5 +1,5 @@
 /* Moving bytes for the managed runtime (managed.h): device allocation under
- * the budget (collect finished copies, compact, wait for swap-outs, then ask
+ * the budget (collect finished copies, make a gap, wait for swap-outs, then ask
  * the policy), swap out and in on the copy streams, drop, recompute, and
  * running one op with its operands made resident.
  *
@@ -149,18 +149,22 @@ void mg_drain(managed *m) {
     mg_reap(m);
 }
 
-/* ---- compaction ---------------------------------------------------------- */
+/* ---- making a gap ---------------------------------------------------------
+ * When the free bytes suffice but no gap does, blocks are moved with
+ * device-side copies, between kernels (no workspace is live then and no
+ * kernel holds an address) and with no copy in flight. First choice: the
+ * window of `need` bytes, starting at a gap, whose overlapping blocks are
+ * fewest bytes, those blocks moving to gaps outside it (best fit, largest
+ * first, checked before anything moves). Otherwise every block slides down
+ * to the bottom of the arena. */
 
 static int cmp_offset(const void *a, const void *b) {
     size_t x = ((const mg_slot *)a)->off, y = ((const mg_slot *)b)->off;
     return x < y ? -1 : x > y;
 }
 
-/* Slides every block down to the arena's bottom, in offset order, so the
- * free bytes become one gap. Only between kernels (no workspace is live
- * then and no kernel holds an address) and with no copy in flight. */
-static void compact(managed *m) {
-    mg_drain(m);
+/* Live roots into m->scratch, by offset; returns how many. */
+static int live_by_offset(managed *m) {
     int n = 0;
     for (int r = 0; r < m->nt; r++) {
         if (!m->is_root[r]) continue;
@@ -169,31 +173,142 @@ static void compact(managed *m) {
             m->scratch[n++] = (mg_slot){m->off[r], r};
     }
     qsort(m->scratch, (size_t)n, sizeof *m->scratch, cmp_offset);
-    double t0 = now(m);
-    for (int k = 0; k < n; k++) pool_give(m, m->scratch[k].off);
+    return n;
+}
+
+static size_t slot_end(const managed *m, const mg_slot *s) {
+    return s->off + m->rv[s->r].bytes;
+}
+
+static void move_block(managed *m, int r, size_t to) {
+    size_t sz = m->rv[r].bytes;
+    delta_backend_copy(m->b, DELTA_STREAM_COMPUTE,
+                       m->base ? (char *)m->base + to : NULL,
+                       m->base ? (char *)m->base + m->off[r] : NULL, sz);
+    m->st.defrag_moves++;
+    m->st.defrag_bytes += sz;
+    m->off[r] = to;
+}
+
+/* Every block slides down, in offset order (so dst < src never overwrites
+ * a block not yet moved). */
+static void compact_all(managed *m, int n) {
+    for (int k = 0; k < n; k++)
+        DELTA_ASSERT(delta_pool_release(m->pool, m->scratch[k].off) == DELTA_OK);
     size_t at = 0;
     for (int k = 0; k < n; k++) {
         int r = m->scratch[k].r;
-        size_t sz = m->rv[r].bytes;
-        DELTA_ASSERT(delta_pool_alloc_at(m->pool, at, sz) == DELTA_OK);
-        m->in_use += sz;
-        if (at != m->off[r]) {
-            /* a device-side move, in order with the kernels; dst < src */
-            if (m->base)
-                delta_backend_copy(m->b, DELTA_STREAM_COMPUTE,
-                                   (char *)m->base + at,
-                                   (char *)m->base + m->off[r], sz);
-            else
-                delta_backend_copy(m->b, DELTA_STREAM_COMPUTE, NULL, NULL, sz);
-            m->st.defrag_moves++;
-            m->st.defrag_bytes += sz;
-            m->off[r] = at;
-        }
-        at += sz;
+        DELTA_ASSERT(delta_pool_alloc_at(m->pool, at, m->rv[r].bytes) == DELTA_OK);
+        if (at != m->off[r]) move_block(m, r, at);
+        at += m->rv[r].bytes;
     }
+}
+
+/* Would blocks [k, j) of the sorted list fit, largest first and best fit,
+ * in the gaps outside [lo, hi)? The pool places the same way, so a yes here
+ * is a yes there. Uses m->gaps as scratch. */
+static bool moves_fit(managed *m, int n, int k, int j, size_t lo, size_t hi,
+                      size_t cap) {
+    int ng = 0;
+    size_t prev = 0;
+    for (int i = 0; i <= n; i++) {
+        size_t start = i < n ? m->scratch[i].off : cap;
+        size_t a = prev, b = start;
+        /* the part of the gap [a, b) outside [lo, hi) */
+        if (b > a) {
+            if (b <= lo || a >= hi) m->gaps[ng++] = b - a;
+            else {
+                if (a < lo) m->gaps[ng++] = lo - a;
+                if (b > hi) m->gaps[ng++] = b - hi;
+            }
+        }
+        if (i < n) prev = slot_end(m, &m->scratch[i]);
+    }
+    /* blocks largest first: selection over the few moved blocks */
+    for (int done = 0; done < j - k; done++) {
+        int big = -1;
+        for (int i = k; i < j; i++)
+            if (!m->moved[i] && (big < 0 || m->rv[m->scratch[i].r].bytes >
+                                                m->rv[m->scratch[big].r].bytes))
+                big = i;
+        size_t sz = m->rv[m->scratch[big].r].bytes;
+        int best = -1;
+        for (int g = 0; g < ng; g++)
+            if (m->gaps[g] >= sz && (best < 0 || m->gaps[g] < m->gaps[best]))
+                best = g;
+        for (int i = k; i < j; i++) m->moved[i] = m->moved[i] || i == big;
+        if (best < 0) {
+            for (int i = k; i < j; i++) m->moved[i] = false;
+            return false;
+        }
+        m->gaps[best] -= sz;
+    }
+    for (int i = k; i < j; i++) m->moved[i] = false;
+    return true;
+}
+
+/* Moves blocks [k, j) out of [lo, hi): the span is reserved first so best
+ * fit puts them outside it, and no new place overlaps an old one. */
+static void evacuate(managed *m, int k, int j, size_t lo, size_t hi) {
+    for (int i = k; i < j; i++)
+        DELTA_ASSERT(delta_pool_release(m->pool, m->scratch[i].off) == DELTA_OK);
+    DELTA_ASSERT(delta_pool_alloc_at(m->pool, lo, hi - lo) == DELTA_OK);
+    for (int done = 0; done < j - k; done++) {
+        int big = -1;
+        for (int i = k; i < j; i++)
+            if (!m->moved[i] && (big < 0 || m->rv[m->scratch[i].r].bytes >
+                                                m->rv[m->scratch[big].r].bytes))
+                big = i;
+        m->moved[big] = true;
+        int r = m->scratch[big].r;
+        size_t to;
+        DELTA_ASSERTF(delta_pool_alloc(m->pool, m->rv[r].bytes, &to) == DELTA_OK,
+                      "a checked move did not fit: %s", delta_pool_error(m->pool));
+        move_block(m, r, to);
+    }
+    for (int i = k; i < j; i++) m->moved[i] = false;
+    DELTA_ASSERT(delta_pool_release(m->pool, lo) == DELTA_OK);
+}
+
+static void make_gap(managed *m, size_t need) {
+    mg_drain(m);
+    delta_pool_stats ps;
+    delta_pool_get_stats(m->pool, &ps);
+    if (ps.largest_free >= need) return; /* draining made one */
+    double t0 = now(m);
+    int n = live_by_offset(m);
+    size_t cap = ps.capacity, free_total = cap - ps.live_bytes;
+    /* windows start at 0 or at a block's end; blocks [k, j) overlap it */
+    int best_k = -1, best_j = -1;
+    size_t best_cost = SIZE_MAX, best_lo = 0, best_hi = 0, cost = 0;
+    int j = 0;
+    for (int k = 0; k <= n; k++) {
+        size_t lo = k == 0 ? 0 : slot_end(m, &m->scratch[k - 1]);
+        if (lo + need > cap) break;
+        if (j < k) {
+            j = k;
+            cost = 0;
+        }
+        while (j < n && m->scratch[j].off < lo + need)
+            cost += m->rv[m->scratch[j++].r].bytes;
+        size_t hi = j > k ? slot_end(m, &m->scratch[j - 1]) : lo + need;
+        if (hi < lo + need) hi = lo + need;
+        size_t free_in = (hi - lo) - cost;
+        if (cost < best_cost && free_total - free_in >= cost &&
+            moves_fit(m, n, k, j, lo, hi, cap)) {
+            best_cost = cost;
+            best_k = k;
+            best_j = j;
+            best_lo = lo;
+            best_hi = hi;
+        }
+        if (j > k) cost -= m->rv[m->scratch[k].r].bytes;
+    }
+    if (best_k >= 0) evacuate(m, best_k, best_j, best_lo, best_hi);
+    else compact_all(m, n);
     mg_trace_memory(m);
     if (m->trace)
-        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "compact arena",
+        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "defragment arena",
                          "defrag", t0, now(m), NULL);
 }
 
@@ -271,7 +386,7 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
             delta_pool_stats ps;
             delta_pool_get_stats(m->pool, &ps);
             if (ps.largest_free < need && ps.live_bytes + need <= ps.capacity) {
-                compact(m);
+                make_gap(m, need);
                 if (pool_take(m, bytes, off)) return true;
             }
         }
