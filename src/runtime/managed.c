@@ -300,7 +300,7 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->arena = o->budget;
     m->trace = o->trace;
     m->cur_op = -1;
-    m->pol = policy_find(o->policy);
+    m->pol = o->custom ? o->custom : policy_find(o->policy);
     DELTA_ASSERT(m->pol);
     size_t n1 = (size_t)nt + 1;
     m->is_root = calloc(n1, sizeof(bool));

@@ -148,6 +148,9 @@ typedef struct managed_opts {
                                       a run (kept until the next run) */
     int n_outs;
     delta_trace *trace;            /* may be NULL */
+    const policy_ops *custom;      /* when set, used instead of `policy`
+                                      (tests drive the runtime with scripted
+                                      policies) */
 } managed_opts;
 
 managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,

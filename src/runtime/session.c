@@ -239,8 +239,9 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     if (!keep) {
         s->arena_bytes = s->budget ? s->budget : dp.peak_bytes;
         if (s->arena_bytes < DELTA_POOL_ALIGN) s->arena_bytes = DELTA_POOL_ALIGN;
-        managed_opts mo = {s->arena_bytes, o->policy, o->outputs, o->n_outputs,
-                           o->trace};
+        managed_opts mo = {.budget = s->arena_bytes, .policy = o->policy,
+                           .outs = o->outputs, .n_outs = o->n_outputs,
+                           .trace = o->trace};
         s->mg = managed_new(ctx, s->b, &mo, status, err, err_len);
         if (!s->mg) goto fail;
         return s;
