@@ -1,5 +1,6 @@
 /* Every managed policy at 100, 70, 50 and 35% of the unconstrained peak, on
- * tiny configurations of an mlp, a resnet and gpt2 (with dropout): after N
+ * tiny configurations of an mlp, a resnet, gpt2 and bert (both with
+ * dropout): after N
  * steps the parameters and optimizer state are byte-identical to keep with
  * an unlimited budget, and the arena's high-water mark stays inside the
  * budget at every step. A budget a policy cannot meet must be refused with
@@ -28,6 +29,8 @@ static const model_case models[] = {
     {"gpt2", {.name = "gpt2-tiny", .batch = 4, .layers = 2, .hidden = 32,
               .heads = 2, .seq_len = 64, .vocab = 64, .positions = 64,
               .dropout = 0.1f}, true},
+    {"bert", {.name = "bert-tiny", .batch = 4, .layers = 2, .hidden = 32,
+              .heads = 2, .seq_len = 32, .vocab = 64, .dropout = 0.1f}, true},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -263,8 +266,9 @@ static void test_sim_scale(void) {
         {.name = "resnet50", .batch = 32, .image_size = 224, .channels = 3,
          .classes = 1000},
         {.name = "gpt2-small", .batch = 8, .seq_len = 1024},
+        {.name = "bert-base", .batch = 16, .seq_len = 512},
     };
-    for (int mi = 0; mi < 2; mi++) {
+    for (int mi = 0; mi < 3; mi++) {
         for (const char *const *p = delta_session_policies(); *p; p++) {
             if (!strcmp(*p, "keep") || (only && strcmp(only, *p))) continue;
             delta_ctx *c = delta_ctx_new();
