@@ -133,8 +133,11 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     m->step = step;
     m->env = (delta_kernel_env){c->seed, step, mode != DELTA_RUN_EVAL};
     memset(&m->st, 0, sizeof m->st);
-    /* what the last run left: outputs read after it, forward leftovers */
+    /* what the last run left: outputs read after it, forward leftovers,
+     * temporaries of a failed run */
     mg_drain(m);
+    for (int k = 0; k < m->n_temps; k++) m->is_temp[m->temps[k]] = false;
+    m->n_temps = 0;
     for (int r = 0; r < m->nt; r++)
         if (m->is_root[r] && !m->rv[r].persistent &&
             m->rv[r].state != RES_FREE)
@@ -159,6 +162,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
             if (!v->persistent && end == i && v->state != RES_FREE)
                 mg_free_root(m, r);
         }
+        mg_free_temps(m);
         if (ok && m->pol->after_op) m->pol->after_op(m->pst, m, i);
         ok = ok && m->fail_st == DELTA_OK;
     }
@@ -238,6 +242,8 @@ void managed_free(managed *m) {
     free(m->ev);
     free(m->free_after);
     free(m->inflight);
+    free(m->temps);
+    free(m->is_temp);
     free(m->scratch);
     free(m->gaps);
     free(m->moved);
@@ -312,13 +318,15 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->ev = calloc(n1, sizeof(delta_event));
     m->free_after = calloc(n1, sizeof(bool));
     m->inflight = calloc(n1, sizeof(int));
+    m->temps = calloc(n1, sizeof(int));
+    m->is_temp = calloc(n1, sizeof(bool));
     m->scratch = calloc(n1, sizeof(mg_slot));
     m->gaps = calloc(2 * n1 + 2, sizeof(size_t));
     m->moved = calloc(n1, sizeof(bool));
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
-        !m->host || !m->ev || !m->free_after || !m->inflight || !m->scratch ||
+        !m->host || !m->ev || !m->free_after || !m->inflight || !m->temps || !m->is_temp || !m->scratch ||
         !m->gaps || !m->moved ||
         !m->op_s || !m->op_measured)
         goto nomem;

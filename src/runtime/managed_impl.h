@@ -38,6 +38,11 @@ struct managed {
                                   not kept, when the copy completes */
     int *inflight;             /* roots with a copy in flight, issue order */
     int n_inflight;
+    int *temps;                /* roots recomputed only for a recomputation,
+                                  past their last use: freed after the
+                                  current op or when an allocation is short */
+    int n_temps;
+    bool *is_temp;
     mg_slot *scratch;          /* live blocks by offset (making a gap) */
     size_t *gaps;              /* free ranges (making a gap) */
     bool *moved;               /* per scratch slot (making a gap) */
@@ -64,6 +69,9 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute);
 void mg_free_root(managed *m, int r);
 /* Collects finished copies; true when device bytes were released. */
 bool mg_reap(managed *m);
+/* Frees the recomputed temporaries no running op holds; true when any
+ * bytes were released. */
+bool mg_free_temps(managed *m);
 /* Waits for every copy in flight and collects them. */
 void mg_drain(managed *m);
 void mg_trace_memory(managed *m);

@@ -390,6 +390,7 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
                 if (pool_take(m, bytes, off)) return true;
             }
         }
+        if (mg_free_temps(m)) continue;
         if (wait_one_swap_out(m)) continue;
         bool drop = false;
         int v = m->pol->choose_victim
@@ -543,6 +544,34 @@ static bool dead(const managed *m, int r) {
     return end < m->cur_op;
 }
 
+static void hold_temp(managed *m, int r) {
+    if (m->cur_op < 0 || m->is_temp[r]) {
+        if (m->cur_op < 0) mg_free_root(m, r);
+        return;
+    }
+    m->is_temp[r] = true;
+    m->temps[m->n_temps++] = r;
+}
+
+bool mg_free_temps(managed *m) {
+    bool freed = false;
+    int k = 0;
+    for (int i = 0; i < m->n_temps; i++) {
+        int r = m->temps[i];
+        if (m->pins[r] > 0) {
+            m->temps[k++] = r;
+            continue;
+        }
+        m->is_temp[r] = false;
+        if (m->rv[r].state == RES_DEVICE && dead(m, r)) {
+            mg_free_root(m, r);
+            freed = true;
+        }
+    }
+    m->n_temps = k;
+    return freed;
+}
+
 /* ---- running one op ------------------------------------------------------ */
 
 /* An output about to be written: device bytes for it. */
@@ -634,15 +663,19 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
     if (ws) pool_give(m, ws_off);
     for (int j = 0; j < nr; j++) m->pins[roots[j]]--;
     if (ok && recompute) {
-        /* outputs made only for this and inputs past their last use go */
+        /* outputs made only for this and inputs past their last use are
+         * temporaries: kept to the end of the step's op, since a sibling
+         * recomputation (another output of a multi-output op, another
+         * consumer of the same input) may need them again; freed then, or
+         * as soon as an allocation is short */
         for (int j = 0; j < op->n_out; j++) {
             int r = roots[op->n_in + j];
-            if (temp[j] && dead(m, r) && m->pins[r] == 0) mg_free_root(m, r);
+            if (temp[j] && dead(m, r) && m->pins[r] == 0) hold_temp(m, r);
         }
         for (int j = 0; j < op->n_in; j++) {
             int r = roots[j];
             if (dead(m, r) && m->pins[r] == 0 && m->rv[r].state == RES_DEVICE)
-                mg_free_root(m, r);
+                hold_temp(m, r);
         }
     }
     return ok;
