@@ -22,9 +22,9 @@ typedef struct model_case {
 } model_case;
 
 static const model_case models[] = {
-    {"mlp", {.name = "mlp", .batch = 256, .image_size = 8, .channels = 1,
-             .classes = 10, .mlp_hidden = 128}, false},
-    {"resnet", {.name = "resnet18", .batch = 32, .image_size = 28,
+    {"mlp", {.name = "mlp", .batch = 512, .image_size = 8, .channels = 1,
+             .classes = 10, .mlp_hidden = 256}, false},
+    {"resnet", {.name = "resnet18", .batch = 96, .image_size = 28,
                 .channels = 1, .classes = 10, .width = 8}, false},
     {"gpt2", {.name = "gpt2-tiny", .batch = 4, .layers = 2, .hidden = 32,
               .heads = 2, .seq_len = 64, .vocab = 64, .positions = 64,
