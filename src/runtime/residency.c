@@ -270,42 +270,73 @@ static void evacuate(managed *m, int k, int j, size_t lo, size_t hi) {
     DELTA_ASSERT(delta_pool_release(m->pool, lo) == DELTA_OK);
 }
 
-static void make_gap(managed *m, size_t need) {
-    mg_drain(m);
-    delta_pool_stats ps;
-    delta_pool_get_stats(m->pool, &ps);
-    if (ps.largest_free >= need) return; /* draining made one */
-    double t0 = now(m);
-    int n = live_by_offset(m);
-    size_t cap = ps.capacity, free_total = cap - ps.live_bytes;
-    /* windows start at 0 or at a block's end; blocks [k, j) overlap it */
-    int best_k = -1, best_j = -1;
-    size_t best_cost = SIZE_MAX, best_lo = 0, best_hi = 0, cost = 0;
-    int j = 0;
+static bool in_flight(const managed *m, int r) {
+    return m->rv[r].state == RES_TO_HOST || m->rv[r].state == RES_TO_DEVICE;
+}
+
+/* The cheapest window of need bytes whose blocks can all move (none has a
+ * copy in flight) and fit elsewhere; false when there is none. */
+static bool best_window(managed *m, int n, size_t need, size_t cap,
+                        size_t free_total, int *bk, int *bj, size_t *blo,
+                        size_t *bhi) {
+    size_t best_cost = SIZE_MAX, cost = 0;
+    int j = 0, pinned_in = 0; /* in-flight blocks among [k, j) */
     for (int k = 0; k <= n; k++) {
         size_t lo = k == 0 ? 0 : slot_end(m, &m->scratch[k - 1]);
         if (lo + need > cap) break;
         if (j < k) {
             j = k;
             cost = 0;
+            pinned_in = 0;
         }
-        while (j < n && m->scratch[j].off < lo + need)
-            cost += m->rv[m->scratch[j++].r].bytes;
+        while (j < n && m->scratch[j].off < lo + need) {
+            cost += m->rv[m->scratch[j].r].bytes;
+            pinned_in += in_flight(m, m->scratch[j].r);
+            j++;
+        }
         size_t hi = j > k ? slot_end(m, &m->scratch[j - 1]) : lo + need;
         if (hi < lo + need) hi = lo + need;
         size_t free_in = (hi - lo) - cost;
-        if (cost < best_cost && free_total - free_in >= cost &&
+        if (!pinned_in && cost < best_cost && free_total - free_in >= cost &&
             moves_fit(m, n, k, j, lo, hi, cap)) {
             best_cost = cost;
-            best_k = k;
-            best_j = j;
-            best_lo = lo;
-            best_hi = hi;
+            *bk = k;
+            *bj = j;
+            *blo = lo;
+            *bhi = hi;
         }
-        if (j > k) cost -= m->rv[m->scratch[k].r].bytes;
+        if (j > k) {
+            cost -= m->rv[m->scratch[k].r].bytes;
+            pinned_in -= in_flight(m, m->scratch[k].r);
+        }
     }
-    if (best_k >= 0) evacuate(m, best_k, best_j, best_lo, best_hi);
-    else compact_all(m, n);
+    return best_cost != SIZE_MAX;
+}
+
+static void make_gap(managed *m, size_t need) {
+    delta_pool_stats ps;
+    delta_pool_get_stats(m->pool, &ps);
+    double t0 = now(m);
+    int n = live_by_offset(m);
+    size_t cap = ps.capacity, free_total = cap - ps.live_bytes;
+    int k = -1, j = -1;
+    size_t lo = 0, hi = 0;
+    if (best_window(m, n, need, cap, free_total, &k, &j, &lo, &hi)) {
+        evacuate(m, k, j, lo, hi);
+    } else {
+        /* copies in flight are in the way: wait for them (a stall), then
+         * slide everything down */
+        mg_drain(m);
+        double w = now(m) - t0;
+        m->st.stall_s += w;
+        if (m->trace && w > 0)
+            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "wait for copies",
+                             "stall", t0, t0 + w, NULL);
+        delta_pool_get_stats(m->pool, &ps);
+        if (ps.largest_free >= need) return;
+        t0 = now(m);
+        compact_all(m, live_by_offset(m));
+    }
     mg_trace_memory(m);
     if (m->trace)
         delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "defragment arena",
