@@ -57,7 +57,11 @@ typedef struct root_view {
 typedef enum managed_event {
     MEV_DROPPED,     /* r was dropped (by the policy or as a victim) */
     MEV_SWAPPED_OUT, /* r's swap-out was issued */
-    MEV_RESIDENT,    /* r came back: recomputed or swapped in */
+    MEV_RESIDENT,    /* r came back: recomputed (every dropped output of
+                        a recomputed op is reported) or swapped in on
+                        demand */
+    MEV_FREED,       /* r was freed: past its last use, or a temporary of
+                        a recomputation */
     MEV_LATE,        /* an op needed r and had to wait for it (wait_s:
                         seconds compute stalled; r was in flight, on the
                         host, or dropped) */

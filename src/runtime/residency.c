@@ -102,6 +102,7 @@ static bool land(managed *m, int r) {
         m->free_after[r] = false;
         v->state = RES_FREE;
         v->host_valid = false;
+        notify(m, r, MEV_FREED, 0);
     } else {
         v->state = RES_HOST;
         v->host_valid = true;
@@ -405,6 +406,20 @@ static bool wait_one_swap_out(managed *m) {
     return false;
 }
 
+/* Lets the oldest unpinned swap-in in flight land, so that the policy can
+ * name it as a victim (its host copy is still valid, so sending it back is
+ * free); false when there is none. */
+static bool land_one_swap_in(managed *m) {
+    for (int i = 0; i < m->n_inflight; i++) {
+        int r = m->inflight[i];
+        if (m->rv[r].state != RES_TO_DEVICE || m->pins[r] > 0) continue;
+        wait_copy(m, r);
+        mg_reap(m);
+        return true;
+    }
+    return false;
+}
+
 /* Device bytes for something of `bytes`: see managed.h for the order of
  * remedies when it does not fit. */
 static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
@@ -423,6 +438,7 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
         }
         if (mg_free_temps(m)) continue;
         if (wait_one_swap_out(m)) continue;
+        land_one_swap_in(m);
         bool drop = false;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
@@ -526,10 +542,7 @@ static bool ensure(managed *m, int r) {
         DELTA_ASSERTF(v->droppable && v->producer >= 0,
                       "tensor %d (%s) is needed but is gone (%s)", r,
                       tname(m, r), residency_name(v->state));
-        bool was_dropped = v->state == RES_DROPPED;
-        if (!mg_run_op(m, &m->ctx->ops[v->producer], true)) return false;
-        if (was_dropped) notify(m, r, MEV_RESIDENT, 0);
-        return true;
+        return mg_run_op(m, &m->ctx->ops[v->producer], true);
     }
     }
     return false;
@@ -562,11 +575,13 @@ void mg_free_root(managed *m, int r) {
         break;
     case RES_HOST:
     case RES_DROPPED:
-    case RES_FREE:
         break;
+    case RES_FREE:
+        return;
     }
     v->state = RES_FREE;
     v->host_valid = false;
+    notify(m, r, MEV_FREED, 0);
 }
 
 static bool dead(const managed *m, int r) {
@@ -648,13 +663,15 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
     for (int j = 0; j < op->n_out; j++) roots[nr++] = delta_tensor_root(c, op->out[j]);
     for (int j = 0; j < nr; j++) m->pins[roots[j]]++;
     bool ok = true;
-    bool temp[DELTA_MAX_OP_OUT] = {false};
+    bool temp[DELTA_MAX_OP_OUT] = {false}, back[DELTA_MAX_OP_OUT] = {false};
     for (int j = 0; ok && j < op->n_in; j++) ok = ensure(m, roots[j]);
+    for (int j = 0; recompute && j < op->n_out; j++)
+        back[j] = m->rv[roots[op->n_in + j]].state == RES_DROPPED;
     for (int j = 0; ok && j < op->n_out; j++)
         ok = make_output(m, roots[op->n_in + j], recompute, &temp[j]);
     size_t ws_off = 0;
     bool ws = ok && op->workspace;
-    if (ws) ok = dev_alloc(m, op->workspace, &ws_off);
+    if (ws) ws = ok = dev_alloc(m, op->workspace, &ws_off);
     if (ok) {
         delta_kargs k = {.op = op, .env = &m->env};
         for (int j = 0; j < op->n_in; j++) {
@@ -690,6 +707,8 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
             v->last_access = m->ticks;
         }
         for (int j = 0; j < op->n_in; j++) m->rv[roots[j]].last_access = m->ticks;
+        for (int j = 0; j < op->n_out; j++)
+            if (back[j]) notify(m, roots[op->n_in + j], MEV_RESIDENT, 0);
     }
     if (ws) pool_give(m, ws_off);
     for (int j = 0; j < nr; j++) m->pins[roots[j]]--;
