@@ -87,7 +87,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train test-tsan
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -164,6 +164,10 @@ bench-train:
 bench-pool:
 	@$(MAKE) --no-print-directory $(BUILD)/bench/bench_pool
 	$(BUILD)/bench/bench_pool
+
+bench-policies:
+	@$(MAKE) --no-print-directory tool
+	@scripts/bench_policies.sh $(BUILD)/delta
 
 clean:
 	rm -rf build
