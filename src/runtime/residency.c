@@ -393,26 +393,14 @@ bool managed_drop(managed *m, int r) {
     return true;
 }
 
-/* Waits for the oldest swap-out in flight that is not pinned and releases
- * its bytes; false when there is none. */
-static bool wait_one_swap_out(managed *m) {
+/* Waits for the oldest unpinned copy in flight in state `st` and collects
+ * it; false when there is none. A swap-out releases its bytes; a swap-in
+ * lands so that the policy can name it as a victim (its host copy is still
+ * valid, so sending it back is free). */
+static bool wait_oldest(managed *m, residency st) {
     for (int i = 0; i < m->n_inflight; i++) {
         int r = m->inflight[i];
-        if (m->rv[r].state != RES_TO_HOST || m->pins[r] > 0) continue;
-        wait_copy(m, r);
-        mg_reap(m);
-        return true;
-    }
-    return false;
-}
-
-/* Lets the oldest unpinned swap-in in flight land, so that the policy can
- * name it as a victim (its host copy is still valid, so sending it back is
- * free); false when there is none. */
-static bool land_one_swap_in(managed *m) {
-    for (int i = 0; i < m->n_inflight; i++) {
-        int r = m->inflight[i];
-        if (m->rv[r].state != RES_TO_DEVICE || m->pins[r] > 0) continue;
+        if (m->rv[r].state != st || m->pins[r] > 0) continue;
         wait_copy(m, r);
         mg_reap(m);
         return true;
@@ -437,8 +425,8 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
             }
         }
         if (mg_free_temps(m)) continue;
-        if (wait_one_swap_out(m)) continue;
-        land_one_swap_in(m);
+        if (wait_oldest(m, RES_TO_HOST)) continue;
+        wait_oldest(m, RES_TO_DEVICE);
         bool drop = false;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
