@@ -65,24 +65,37 @@ size_t managed_in_use(const managed *m) { return m->in_use; }
 size_t managed_arena_bytes(const managed *m) { return m->arena; }
 int64_t managed_steps_done(const managed *m) { return m->steps_done; }
 
-double managed_link_seconds(const managed *m, size_t bytes) {
-    double x = (double)bytes;
+/* latency + bytes / bandwidth fitted to f's samples; the nominal link
+ * until two sizes were seen (one size: the nominal latency, the measured
+ * rate). */
+static double link_model(const managed *m, const struct link_fit *f,
+                         double x) {
     double nominal_lat = m->b->link_latency_s > 0 ? m->b->link_latency_s : 0;
     double nominal_bps = m->b->link_bps > 0 ? m->b->link_bps : 10e9;
-    if (m->lk_n >= 2) {
-        double d = m->lk_n * m->lk_sxx - m->lk_sx * m->lk_sx;
-        if (d > 1e-9 * m->lk_sxx * m->lk_n) {
-            double a = (m->lk_n * m->lk_sxy - m->lk_sx * m->lk_sy) / d;
-            double b = (m->lk_sy - a * m->lk_sx) / m->lk_n;
+    if (f->n >= 2) {
+        double d = f->n * f->sxx - f->sx * f->sx;
+        if (d > 1e-9 * f->sxx * f->n) {
+            double a = (f->n * f->sxy - f->sx * f->sy) / d;
+            double b = (f->sy - a * f->sx) / f->n;
             if (a > 0) return (b > 0 ? b : 0) + a * x;
         }
     }
-    if (m->lk_n >= 1 && m->lk_sx > 0) {
-        /* one size seen: keep the nominal latency, measure the rate */
-        double per_byte = (m->lk_sy - m->lk_n * nominal_lat) / m->lk_sx;
+    if (f->n >= 1 && f->sx > 0) {
+        double per_byte = (f->sy - f->n * nominal_lat) / f->sx;
         if (per_byte > 0) return nominal_lat + per_byte * x;
     }
     return nominal_lat + x / nominal_bps;
+}
+
+double managed_link_seconds_dir(const managed *m, size_t bytes, bool to_host) {
+    return link_model(m, &m->lk[to_host ? 0 : 1], (double)bytes);
+}
+
+double managed_link_seconds(const managed *m, size_t bytes) {
+    const struct link_fit *h = &m->lk[0], *d = &m->lk[1];
+    struct link_fit both = {h->n + d->n, h->sx + d->sx, h->sy + d->sy,
+                            h->sxx + d->sxx, h->sxy + d->sxy};
+    return link_model(m, &both, (double)bytes);
 }
 
 static int lower_bound(const int *a, int n, int v) {

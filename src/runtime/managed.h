@@ -109,6 +109,8 @@ bool managed_op_measured(const managed *m, int op);
  * (latency + bytes / bandwidth) fitted to the copies measured so far, the
  * backend's nominal link before that. */
 double managed_link_seconds(const managed *m, size_t bytes);
+/* The same for one direction, from that direction's copies only. */
+double managed_link_seconds_dir(const managed *m, size_t bytes, bool to_host);
 double managed_now(const managed *m);      /* the backend's clock, s */
 int64_t managed_clock(const managed *m);   /* ops run so far (accesses) */
 int managed_cur_op(const managed *m);      /* op being run, -1 between */

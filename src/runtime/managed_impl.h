@@ -55,7 +55,9 @@ struct managed {
     bool fwd_only;
     delta_kernel_env env;
     delta_step_stats st;       /* of the run in progress */
-    double lk_n, lk_sx, lk_sy, lk_sxx, lk_sxy; /* link model samples */
+    struct link_fit {          /* least-squares sums of measured copies */
+        double n, sx, sy, sxx, sxy;
+    } lk[2];                   /* [0] to host, [1] to device */
     delta_trace *trace;
     delta_status fail_st;
     char err[512];

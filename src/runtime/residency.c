@@ -61,19 +61,20 @@ static void pool_give(managed *m, size_t off) {
 
 /* ---- copies in flight ---------------------------------------------------- */
 
-static void link_sample(managed *m, double bytes, double s) {
-    m->lk_n += 1;
-    m->lk_sx += bytes;
-    m->lk_sy += s;
-    m->lk_sxx += bytes * bytes;
-    m->lk_sxy += bytes * s;
+static void link_sample(managed *m, bool to_host, double bytes, double s) {
+    struct link_fit *f = &m->lk[to_host ? 0 : 1];
+    f->n += 1;
+    f->sx += bytes;
+    f->sy += s;
+    f->sxx += bytes * bytes;
+    f->sxy += bytes * s;
 }
 
 /* The copy of r marked by m->ev[r] is complete: trace and measure it. */
 static void copy_done(managed *m, int r, bool to_host) {
     double t0, t1;
     if (!delta_backend_span(m->b, m->ev[r], &t0, &t1)) return;
-    link_sample(m, (double)m->rv[r].bytes, t1 - t0);
+    link_sample(m, to_host, (double)m->rv[r].bytes, t1 - t0);
     if (m->trace) {
         char args[96];
         snprintf(args, sizeof args, "\"bytes\":%zu,\"tensor\":%d",
