@@ -205,6 +205,7 @@ static int must_meet_pct(const char *policy, const char *model) {
         {"dtr", {100, 70, 50, 70}},
         {"capuchin", {0, 0, 0, 0}},
         {"autoswap", {0, 0, 0, 0}},
+        {"delta", {0, 0, 0, 0}},
     };
     int mi = 0;
     while (mi < N_MODELS && strcmp(models[mi].label, model)) mi++;
@@ -274,6 +275,7 @@ POLICY_TEST(checkpoint)
 POLICY_TEST(dtr)
 POLICY_TEST(capuchin)
 POLICY_TEST(autoswap)
+POLICY_TEST(delta)
 
 /* Paper-scale programs on the simulator at half their peak: every policy
  * either keeps the budget or refuses it clearly. */
@@ -351,7 +353,7 @@ static void test_policy_names(void) {
         delta_session_free(s);
         delta_ctx_free(b.ctx);
     }
-    CHECK(n == 6, "six policies, got %d", n);
+    CHECK(n == 7, "seven policies, got %d", n);
     built b;
     CHECK(build(&models[0], &b), "build");
     char why[256] = "";
@@ -372,6 +374,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_dtr);
     TEST_RUN(test_capuchin);
     TEST_RUN(test_autoswap);
+    TEST_RUN(test_delta);
     TEST_RUN(test_sim_scale);
     TEST_MAIN_END();
 }

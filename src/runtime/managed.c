@@ -13,7 +13,7 @@
 
 static const policy_ops *const policies[] = {
     &delta_policy_swap,     &delta_policy_checkpoint, &delta_policy_dtr,
-    &delta_policy_capuchin, &delta_policy_autoswap,
+    &delta_policy_capuchin, &delta_policy_autoswap, &delta_policy_delta,
 };
 #define N_POLICIES ((int)(sizeof policies / sizeof policies[0]))
 

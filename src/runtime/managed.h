@@ -93,7 +93,8 @@ typedef struct policy_ops {
 } policy_ops;
 
 extern const policy_ops delta_policy_swap, delta_policy_checkpoint,
-    delta_policy_dtr, delta_policy_capuchin, delta_policy_autoswap;
+    delta_policy_dtr, delta_policy_capuchin, delta_policy_autoswap,
+    delta_policy_delta;
 
 /* ---- views for policies ------------------------------------------------ */
 const delta_ctx *managed_ctx(const managed *m);

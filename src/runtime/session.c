@@ -459,7 +459,7 @@ const char *const *delta_session_policies(void) {
     /* keep, then the managed runtime's (test_session checks both lists) */
     static const char *const names[] = {"keep",     "swap",     "checkpoint",
                                         "dtr",      "capuchin", "autoswap",
-                                        NULL};
+                                        "delta",    NULL};
     return names;
 }
 
