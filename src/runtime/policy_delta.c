@@ -52,6 +52,7 @@
 #include "delta/pool.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,8 +64,15 @@
 
 typedef enum how { HOW_NONE = 0, HOW_SWAP, HOW_DROP } how;
 
+/* How a step runs. ONLINE: releases on demand only (the profile).
+ * PLAN_FULL: the whole plan, swaps and recomputations. PLAN_FREE: only the
+ * swaps that hide completely are planned; the rest is left to the online
+ * filter at the moment of pressure. The fastest measured mode is kept. */
+typedef enum mode { MODE_ONLINE = 0, MODE_PLAN_FULL, MODE_PLAN_FREE,
+                    MODE_COUNT } mode;
+
 typedef struct swap_plan {
-    double out_s, out_e, in_s, in_e;
+    double out_s, out_e, in_s, in_e, out_deadline, d_out, d_in;
     int issue;
 } swap_plan;
 
@@ -78,13 +86,28 @@ typedef struct cand {
     swap_plan eval_sp;     /* ... and its transfers, for commit */
 } cand;
 
+typedef struct lock_t {
+    int op;                /* a planned recomputation reads the root here */
+    int next;
+} lock_t;
+
 typedef struct span {
     double s, e;
 } span;
 
-/* A copy stream's planned busy spans on the unrolled time axis [0, 2T). */
+/* A copy stream as it really runs: transfers in the order they are issued,
+ * each starting when it is issued or when the one before it ends,
+ * whichever is later. Planned transfers are kept sorted by issue time on
+ * the unrolled axis [0, 2T), each with the time by which it must end (a
+ * swap-in: its tensor's next use; a swap-out: the op its relief starts
+ * at), so that a new transfer is accepted only if the delay it pushes onto
+ * later ones breaks no deadline. */
+typedef struct xfer {
+    double issue, dur, deadline, start, end;
+} xfer;
+
 typedef struct stream {
-    span *v;
+    xfer *v;
     int n, cap;
 } stream;
 
@@ -104,6 +127,9 @@ typedef struct delta_pol {
     int n_c;
     int *root_first;       /* per root: first chosen candidate, -1 */
     stream out, in;
+    lock_t *locks;         /* roots a planned recomputation reads */
+    int *lock_first;       /* per root: its locks (list), -1 */
+    int n_locks, cap_locks;
     int *stamp;            /* per root: chain pricing visits */
     int stamp_now;
     /* the plan, bucketed: chosen candidate ids by after-op and issue-op */
@@ -113,7 +139,15 @@ typedef struct delta_pol {
     int late;              /* planned swap-ins that arrived late */
     /* prefetches that found no gap, retried each op until their deadline */
     int *pending, n_pending;
+    int *advance;          /* per root: ops its swap-ins start earlier, one
+                              more each time one arrived late */
     int64_t steps;
+    void *dtr;             /* the online filter's h^eq state */
+    mode cur_mode, prev_mode, plan_mode;
+    double mode_s[MODE_COUNT]; /* last measured step per mode, 0: untried */
+    double step_t0;
+    bool guided;           /* the current step follows a plan */
+    int dbg_nogap;
 } delta_pol;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -138,54 +172,69 @@ static int next_access(const managed *m, const delta_pol *p, int r, int op) {
     return -1;
 }
 
-/* ---- the copy streams' planned occupancy -------------------------------- */
+/* ---- the copy streams' planned queues ------------------------------------ */
 
-static bool stream_add1(stream *s, double a, double b) {
+/* Index where a transfer issued at t goes (after those issued by t). */
+static int xfer_pos(const stream *s, double t) {
+    int lo = 0, hi = s->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (s->v[mid].issue <= t) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* When a transfer of d seconds issued at t would end, or -1 when the delay
+ * it pushes onto later transfers makes one of them miss its deadline. */
+static double xfer_try(const stream *s, double t, double d) {
+    int k = xfer_pos(s, t);
+    double end = (k > 0 && s->v[k - 1].end > t ? s->v[k - 1].end : t) + d;
+    double prev = end;
+    for (int j = k; j < s->n; j++) {
+        double st = s->v[j].issue > prev ? s->v[j].issue : prev;
+        if (st <= s->v[j].start) break; /* no longer delayed */
+        double en = st + s->v[j].dur;
+        if (en > s->v[j].deadline + 1e-12) return -1;
+        prev = en;
+    }
+    return end;
+}
+
+static bool xfer_add1(stream *s, double t, double d, double deadline) {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
-        span *v = realloc(s->v, sizeof *v * (size_t)cap);
+        xfer *v = realloc(s->v, sizeof *v * (size_t)cap);
         if (!v) return false;
         s->v = v;
         s->cap = cap;
     }
-    int i = s->n;
-    while (i > 0 && s->v[i - 1].s > a) {
-        s->v[i] = s->v[i - 1];
-        i--;
-    }
-    s->v[i] = (span){a, b};
+    int k = xfer_pos(s, t);
+    memmove(&s->v[k + 1], &s->v[k], sizeof *s->v * (size_t)(s->n - k));
+    s->v[k] = (xfer){t, d, deadline, 0, 0};
     s->n++;
+    double prev = k > 0 ? s->v[k - 1].end : 0;
+    for (int j = k; j < s->n; j++) {
+        double st = s->v[j].issue > prev ? s->v[j].issue : prev;
+        if (j > k && st == s->v[j].start) break;
+        s->v[j].start = st;
+        s->v[j].end = st + s->v[j].dur;
+        prev = s->v[j].end;
+    }
     return true;
 }
 
-/* Busy [a, b) on the unrolled axis, mirrored one step away so that the
- * cyclic schedule sees it from either copy of the step. */
-static bool stream_add(stream *s, double a, double b, double T) {
-    double sh = a >= T ? -T : T;
-    return stream_add1(s, a, b) && stream_add1(s, a + sh, b + sh);
+/* Both copies of a cyclic step's transfer (the one a step away too). */
+static bool xfer_add(stream *s, double t, double d, double deadline,
+                     double T) {
+    double sh = t >= T ? -T : T;
+    return xfer_add1(s, t, d, deadline) &&
+           xfer_add1(s, t + sh, d, deadline + sh);
 }
 
-/* Earliest start >= t of an idle slot of length d. */
-static double slot_after(const stream *s, double t, double d) {
-    double x = t;
-    for (int i = 0; i < s->n; i++) {
-        if (s->v[i].e <= x) continue;
-        if (s->v[i].s >= x + d) break;
-        x = s->v[i].e;
-    }
-    return x;
-}
-
-/* Latest start >= lo of an idle slot of length d ending by t; -1 if none. */
-static double slot_before(const stream *s, double t, double d, double lo) {
-    double end = t;
-    for (int i = s->n - 1; i >= 0; i--) {
-        if (s->v[i].s >= end) continue;
-        if (s->v[i].e <= end - d) break;
-        end = s->v[i].s;
-        if (end - d < lo) return -1;
-    }
-    return end - d >= lo ? end - d : -1;
+static bool xfer_fits(const stream *s, double t, double d, double T) {
+    double sh = t >= T ? -T : T;
+    return xfer_try(s, t, d) >= 0 && xfer_try(s, t + sh, d) >= 0;
 }
 
 /* First op (unrolled index) starting at or after time x, within [lo, hi]. */
@@ -200,19 +249,32 @@ static int op_at_or_after(const delta_pol *p, double x, int lo, int hi) {
 
 /* ---- the director ------------------------------------------------------- */
 
-/* Is root x absent at op b (unrolled) under the choices so far? */
-static bool absent_at(const delta_pol *p, const managed *m, int x, int b) {
+/* How root x stands at op b (unrolled) under the choices so far. */
+typedef enum presence { PRESENT, FREED, DROPPED_AT, SWAPPED_AT } presence;
+
+static presence presence_at(const delta_pol *p, const managed *m, int x,
+                            int b) {
     const root_view *v = managed_root(m, x);
-    if (!v->persistent && v->last_use < b % p->n_ops) return true; /* freed */
+    if (!v->persistent && v->last_use < b % p->n_ops) return FREED;
     for (int k = p->root_first[x]; k >= 0; k = p->c[k].next_of_root)
-        if (p->c[k].a < b && b < p->c[k].b) return true;
+        if (p->c[k].a < b && b < p->c[k].b)
+            return p->c[k].how == HOW_SWAP ? SWAPPED_AT : DROPPED_AT;
+    return PRESENT;
+}
+
+/* Does a lock (a recomputation reading x at that op) fall inside (a, b)? */
+static bool locked_inside(const delta_pol *p, int x, int a, int b) {
+    for (int k = p->lock_first[x]; k >= 0; k = p->locks[k].next)
+        if (a < p->locks[k].op && p->locks[k].op < b) return true;
     return false;
 }
 
-/* Seconds to recompute root r at op b and the temporaries it needs;
- * negative when it cannot be recomputed. */
+/* Seconds to recompute root r at op b, the temporaries it needs, and (when
+ * lock) the resident inputs it reads locked there; negative when it cannot
+ * be recomputed. An input swapped out at b is fetched on demand (its whole
+ * transfer counts). */
 static double chain(delta_pol *p, const managed *m, int r, int b, int depth,
-                    size_t *temps) {
+                    size_t *temps, bool lock) {
     const root_view *v = managed_root(m, r);
     if (!v->droppable || depth > CHAIN_DEPTH) return -1;
     const delta_op *op = &managed_ctx(m)->ops[v->producer];
@@ -222,8 +284,19 @@ static double chain(delta_pol *p, const managed *m, int r, int b, int depth,
         if (p->stamp[x] == p->stamp_now) continue;
         p->stamp[x] = p->stamp_now;
         const root_view *u = managed_root(m, x);
-        if (u->persistent || !absent_at(p, m, x, b)) continue;
-        double c = chain(p, m, x, b, depth + 1, temps);
+        presence pr = presence_at(p, m, x, b);
+        if (pr == PRESENT) {
+            if (lock && p->n_locks < p->cap_locks) {
+                p->locks[p->n_locks] = (lock_t){b, p->lock_first[x]};
+                p->lock_first[x] = p->n_locks++;
+            }
+            continue;
+        }
+        if (pr == SWAPPED_AT) {
+            t += managed_link_seconds_dir(m, u->bytes, false);
+            continue;
+        }
+        double c = chain(p, m, x, b, depth + 1, temps, lock);
         if (c < 0) return -1;
         t += c;
         *temps += u->bytes;
@@ -244,28 +317,44 @@ static void range_split(const delta_pol *p, int lo, int hi, ks_eval *e) {
 static bool price_swap(delta_pol *p, const managed *m, const cand *c,
                        ks_eval *e, swap_plan *sp) {
     const root_view *v = managed_root(m, c->r);
+    e->feasible = false;
+    if (locked_inside(p, c->r, c->a, c->b)) return false;
     double d_out = managed_link_seconds_dir(m, v->bytes, true);
     double d_in = managed_link_seconds_dir(m, v->bytes, false);
-    sp->out_s = slot_after(&p->out, p->t1[c->a], d_out);
-    sp->out_e = sp->out_s + d_out;
+    sp->d_out = d_out;
+    sp->d_in = d_in;
+    /* out: issued after op a, in the queue behind what was issued before */
+    sp->out_s = p->t1[c->a];
+    sp->out_e = xfer_try(&p->out, sp->out_s, d_out);
+    if (sp->out_e < 0 || !xfer_fits(&p->out, sp->out_s, d_out, p->T))
+        return false;
     int lo = op_at_or_after(p, sp->out_e, c->a + 1, c->b);
-    double cost = 0;
-    double s = slot_before(&p->in, p->t0[c->b], d_in, sp->out_e);
-    int issue;
-    if (s >= 0) {
-        /* issued before the latest op that starts by s */
-        int j = op_at_or_after(p, s, lo, c->b);
-        issue = p->t0[j] <= s ? j : j - 1;
-        if (issue < lo) issue = lo;
-        sp->in_s = s;
-    } else {
-        /* no idle slot: fetched on demand, on the critical path */
-        issue = c->b;
-        sp->in_s = p->t0[c->b];
-        cost += d_in;
+    if (lo >= c->b) return false;
+    /* in: the latest issuing op whose transfer ends by the next use */
+    double dl = p->t0[c->b], cost = 0;
+    int issue = op_at_or_after(p, dl - d_in, lo, c->b);
+    if (issue > lo && p->t0[issue] > dl - d_in) issue--;
+    double end = -1;
+    for (int tries = 0; issue >= lo && tries < 16; tries++, issue--) {
+        end = xfer_try(&p->in, p->t0[issue], d_in);
+        if (end >= 0 && end <= dl && xfer_fits(&p->in, p->t0[issue], d_in, p->T))
+            break;
+        end = -1;
     }
-    sp->in_e = sp->in_s + d_in;
+    if (end < 0) {
+        /* nothing ends in time: fetched when used, a stall */
+        issue = c->b;
+        end = xfer_try(&p->in, dl, d_in);
+        if (end < 0) return false;
+        cost += end - dl;
+    } else {
+        issue -= p->advance[c->r];
+        if (issue < lo) issue = lo;
+    }
+    sp->in_s = p->t0[issue];
+    sp->in_e = end;
     sp->issue = issue;
+    sp->out_deadline = p->t0[lo];
     /* a wrap swap-out still in flight at the step's end is waited for */
     if (c->b >= p->n_ops && sp->out_e > p->T) cost += sp->out_e - p->T;
     range_split(p, lo, issue - 1, e);
@@ -280,11 +369,13 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
 static bool price_drop(delta_pol *p, const managed *m, const cand *c,
                        ks_eval *e) {
     const root_view *v = managed_root(m, c->r);
-    if (!v->droppable || c->b >= p->n_ops || c->b - c->a < 2) return false;
+    if (!v->droppable || c->b >= p->n_ops || c->b - c->a < 2 ||
+        locked_inside(p, c->r, c->a, c->b))
+        return false;
     p->stamp_now++;
     p->stamp[c->r] = p->stamp_now;
     size_t temps = 0;
-    double t = chain(p, m, c->r, c->b, 0, &temps);
+    double t = chain(p, m, c->r, c->b, 0, &temps, false);
     if (t < 0) return false;
     range_split(p, c->a + 1, c->b - 1, e);
     e->bytes = v->bytes;
@@ -298,6 +389,7 @@ static bool price_drop(delta_pol *p, const managed *m, const cand *c,
 typedef struct eval_ctx {
     delta_pol *p;
     const managed *m;
+    bool free_only;        /* only releases that cost nothing */
 } eval_ctx;
 
 static double ratio(const delta_pol *p, const ks_eval *e) {
@@ -313,7 +405,8 @@ static void eval_cand(void *user, int k, ks_eval *out) {
     cand *c = &p->c[k];
     ks_eval sw = {0}, dr = {0};
     bool s_ok = price_swap(p, x->m, c, &sw, &c->eval_sp);
-    bool d_ok = price_drop(p, x->m, c, &dr);
+    bool d_ok = !x->free_only && price_drop(p, x->m, c, &dr);
+    if (x->free_only && sw.cost > 0) s_ok = false;
     c->eval_how = HOW_NONE;
     out->feasible = false;
     if (s_ok && (!d_ok || ratio(p, &sw) >= ratio(p, &dr))) {
@@ -333,8 +426,12 @@ static void commit_cand(void *user, int k, const ks_eval *e) {
     c->how = c->eval_how;
     if (c->how == HOW_SWAP) {
         c->issue = c->eval_sp.issue;
-        stream_add(&p->out, c->eval_sp.out_s, c->eval_sp.out_e, p->T);
-        stream_add(&p->in, c->eval_sp.in_s, c->eval_sp.in_e, p->T);
+        const swap_plan *sp = &c->eval_sp;
+        xfer_add(&p->out, sp->out_s, sp->d_out, sp->out_deadline, p->T);
+        /* a planned fetch must end by the use; an on-demand one is late
+         * already */
+        xfer_add(&p->in, sp->in_s, sp->d_in,
+                 c->issue == c->b ? INFINITY : p->t0[c->b], p->T);
     }
     c->next_of_root = p->root_first[c->r];
     p->root_first[c->r] = k;
@@ -347,6 +444,8 @@ static void free_plan(delta_pol *p) {
     free(p->t1);
     free(p->excess);
     free(p->c);
+    free(p->locks);
+    p->locks = NULL;
     free(p->out.v);
     free(p->in.v);
     free(p->rel_start);
@@ -393,7 +492,7 @@ static bool bucket(delta_pol *p, bool by_issue, int **start, int **ids) {
     return true;
 }
 
-static bool plan_build(delta_pol *p, managed *m) {
+static bool plan_build(delta_pol *p, managed *m, mode md) {
     free_plan(p);
     int n = p->n_ops, nr = p->n_roots;
     const delta_ctx *ctx = managed_ctx(m);
@@ -407,7 +506,10 @@ static bool plan_build(delta_pol *p, managed *m) {
         if (v) n_acc += (size_t)v->n_acc + 2;
     }
     p->c = malloc(sizeof(cand) * (n_acc + 1));
-    if (!p->t0 || !p->t1 || !p->excess || !p->c) return false;
+    p->cap_locks = (int)(4 * n_acc + 16);
+    p->locks = malloc(sizeof(lock_t) * (size_t)p->cap_locks);
+    p->n_locks = 0;
+    if (!p->t0 || !p->t1 || !p->excess || !p->c || !p->locks) return false;
     /* timeline, unrolled over two steps */
     double t = 0;
     for (int i = 0; i < n; i++) {
@@ -430,9 +532,9 @@ static bool plan_build(delta_pol *p, managed *m) {
     for (int r = 0; r < nr; r++) {
         const root_view *v = managed_root(m, r);
         if (!v || (v->n_acc == 0 && v->producer < 0)) continue;
-        int lo = v->persistent ? 0 : v->producer;
+        /* produced tensors (kept outputs too) exist from their producer */
+        int lo = v->producer >= 0 ? v->producer : 0;
         int hi = v->persistent ? n - 1 : v->last_use;
-        if (lo < 0) lo = 0;
         for (int i = lo; i <= hi; i++) p->excess[i] += (int64_t)v->bytes;
     }
     /* candidates: every idle interval */
@@ -448,49 +550,61 @@ static bool plan_build(delta_pol *p, managed *m) {
         if (v->persistent && v->n_acc > 0)
             add_cand(p, r, v->acc[v->n_acc - 1], v->acc[0] + n);
     }
-    for (int r = 0; r < nr; r++) p->root_first[r] = -1;
-    eval_ctx x = {p, m};
+    for (int r = 0; r < nr; r++) p->root_first[r] = p->lock_first[r] = -1;
+    eval_ctx x = {p, m, md == MODE_PLAN_FREE};
     ks_problem kp = {p->n_c, n, p->excess, eval_cand, commit_cand, &x};
     ks_result res;
     if (!ks_solve(&kp, &res)) return false;
+    if (getenv("DELTA_DEBUG_PLAN")) {
+        int sw = 0, dr = 0; double swb = 0, drb = 0;
+        for (int k = 0; k < p->n_c; k++) {
+            if (p->c[k].how == HOW_SWAP) { sw++; swb += (double)managed_root(m, p->c[k].r)->bytes; }
+            if (p->c[k].how == HOW_DROP) { dr++; drb += (double)managed_root(m, p->c[k].r)->bytes; }
+        }
+        fprintf(stderr, "plan: %d cands, %d swaps (%.0f MiB), %d drops (%.0f MiB), cost %.4f s, worst excess %lld, T %.4f, evals %d\n",
+                p->n_c, sw, swb / 1048576, dr, drb / 1048576, res.cost, (long long)res.worst_excess, p->T, res.evaluations);
+    }
     if (!bucket(p, false, &p->rel_start, &p->rel_ids) ||
         !bucket(p, true, &p->fetch_start, &p->fetch_ids))
         return false;
     p->planned = true;
+    p->plan_mode = md;
     p->replan = false;
     return true;
 }
 
-/* ---- online decisions (profiling, and help when a plan falls short) ----- */
+/* ---- online decisions (profiling, and help when a plan falls short) -----
+ * Drops follow DTR's h^eq (its union-find state is kept by forwarding every
+ * hook to an embedded dtr instance); when no activation can be dropped, the
+ * resident tensor needed furthest ahead is swapped out (Belady: its next
+ * use is known from the program), so parameters, gradients and optimizer
+ * state can leave too. */
 
 static int delta_choose(void *pp, managed *m, size_t need, bool *drop) {
     delta_pol *p = pp;
-    (void)need;
     p->online_victims++;
+    int v = delta_policy_dtr.choose_victim(p->dtr, m, need, drop);
+    if (v >= 0) return v;
     int now = managed_cur_op(m);
     if (now < 0) now = 0;
     int best = -1;
-    bool best_drop = false;
     double best_h = 0;
     for (int r = 0; r < p->n_roots; r++) {
-        const root_view *v = managed_root(m, r);
-        if (!v || v->state != RES_DEVICE || managed_pinned(m, r) ||
-            !swappable(v))
+        const root_view *rv = managed_root(m, r);
+        if (!rv || rv->state != RES_DEVICE || managed_pinned(m, r) ||
+            !swappable(rv))
             continue;
         int nx = next_access(m, p, r, now);
         double dist = nx < 0 ? 2.0 * p->n_ops : (double)(nx - now);
-        double swap_c = managed_link_seconds_dir(m, v->bytes, false) +
-                        (v->host_valid ? 0 : managed_link_seconds_dir(m, v->bytes, true));
-        double drop_c = v->droppable ? op_time(p, m, v->producer) : INFINITY;
-        bool d = drop_c < swap_c;
-        double h = (d ? drop_c : swap_c) / ((double)v->bytes * dist);
+        double c = managed_link_seconds_dir(m, rv->bytes, false) +
+                   (rv->host_valid ? 0 : managed_link_seconds_dir(m, rv->bytes, true));
+        double h = c / ((double)rv->bytes * dist);
         if (best < 0 || h < best_h) {
             best = r;
             best_h = h;
-            best_drop = d;
         }
     }
-    *drop = best_drop;
+    *drop = false;
     return best;
 }
 
@@ -506,8 +620,15 @@ static void *delta_create(managed *m) {
     p->root_first = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
     p->stamp = calloc((size_t)p->n_roots + 1, sizeof(int));
     p->pending = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
+    p->advance = calloc((size_t)p->n_roots + 1, sizeof(int));
+    p->lock_first = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
+    p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
-    if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending) {
+    if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
+        !p->advance || !p->lock_first || !p->dtr) {
+        if (p->dtr) delta_policy_dtr.destroy(p->dtr);
+        free(p->advance);
+        free(p->lock_first);
         free(p->ema);
         free(p->plan_t);
         free(p->root_first);
@@ -522,72 +643,119 @@ static void *delta_create(managed *m) {
 static void delta_destroy(void *pp) {
     delta_pol *p = pp;
     free_plan(p);
+    delta_policy_dtr.destroy(p->dtr);
     free(p->ema);
     free(p->plan_t);
     free(p->root_first);
     free(p->stamp);
     free(p->pending);
+    free(p->advance);
+    free(p->lock_first);
     free(p);
+}
+
+/* Which way the next training step runs: online first (the profile), then
+ * each planned mode until it has been measured in a steady step (the step
+ * after switching to a mode still carries the previous mode's state: e.g.
+ * optimizer state left in the host store), then the fastest measured, all
+ * tried again when the times drift. */
+static mode next_mode(delta_pol *p) {
+    for (int k = MODE_PLAN_FULL; k < MODE_COUNT; k++)
+        if (p->mode_s[k] <= 0) return (mode)k;
+    mode best = MODE_ONLINE;
+    for (int k = 0; k < MODE_COUNT; k++)
+        if (p->mode_s[k] > 0 && p->mode_s[k] < p->mode_s[best]) best = (mode)k;
+    return best;
 }
 
 static void delta_begin(void *pp, managed *m, int64_t step, bool fwd_only) {
     delta_pol *p = pp;
-    (void)step;
+    delta_policy_dtr.begin_step(p->dtr, m, step, fwd_only);
     p->online_victims = 0;
     p->late = 0;
     p->n_pending = 0;
+    p->guided = false;
     if (fwd_only || !p->have_times) return;
-    if (!p->planned || p->replan) plan_build(p, m);
+    p->prev_mode = p->steps > 0 ? p->cur_mode : MODE_ONLINE;
+    p->cur_mode = next_mode(p);
+    if (p->cur_mode == MODE_ONLINE) return;
+    if (!p->planned || p->replan || p->plan_mode != p->cur_mode)
+        plan_build(p, m, p->cur_mode);
+    p->guided = p->planned;
 }
 
 static void delta_end(void *pp, managed *m, bool ok) {
     delta_pol *p = pp;
+    if (delta_policy_dtr.end_step) delta_policy_dtr.end_step(p->dtr, m, ok);
     if (!ok || managed_fwd_only(m)) return;
     /* fold this step's measurements in; drift decides re-planning */
-    double drift = 0, total = 0;
+    double drift = 0, total = 0, step_s = 0;
     for (int i = 0; i < p->n_ops; i++) {
         double t = managed_op_seconds(m, i);
+        step_s += t;
         p->ema[i] = p->have_times ? (1 - EMA) * p->ema[i] + EMA * t : t;
         drift += fabs(p->ema[i] - p->plan_t[i]);
         total += p->plan_t[i];
     }
+    /* the step as compute saw it (kernels, recomputations, stalls), kept
+     * for its mode when it was a steady step of that mode */
+    if (!p->have_times || p->prev_mode == p->cur_mode)
+        p->mode_s[p->have_times ? p->cur_mode : MODE_ONLINE] =
+            managed_now(m) - p->step_t0;
+    (void)step_s;
     p->have_times = true;
     p->steps++;
-    if (!p->planned) return;
-    if (p->online_victims > 0) {
+    if (!p->guided) return;
+    if (p->online_victims > 0 && p->cur_mode == MODE_PLAN_FULL) {
         /* the plan fell short: a tighter target next time */
         size_t cap = managed_budget(m) / MARGIN_MAX;
         p->margin = p->margin * 2 > cap ? cap : p->margin * 2;
         p->replan = true;
     }
-    if (total > 0 && drift / total > DRIFT) p->replan = true;
+    if (total > 0 && drift / total > DRIFT) {
+        p->replan = true;
+        /* the planned modes are measured again; the online one keeps its
+         * figure (a profile is not repeated) */
+        for (int k = MODE_PLAN_FULL; k < MODE_COUNT; k++) p->mode_s[k] = 0;
+    }
     if (p->late > 0) p->replan = true;
+    if (getenv("DELTA_DEBUG_PLAN"))
+        fprintf(stderr, "end step: mode %d %.4f s, online victims %d, drift %.3f, late %d, margin %zu, no gap %d\n",
+                p->cur_mode, p->mode_s[p->cur_mode], p->online_victims, total > 0 ? drift / total : 0, p->late, p->margin, p->dbg_nogap);
+    p->dbg_nogap = 0;
 }
 
 static void delta_before(void *pp, managed *m, int op) {
     delta_pol *p = pp;
-    if (!p->planned || managed_fwd_only(m)) return;
+    if (op == 0 || (managed_fwd_only(m) && op == 0)) p->step_t0 = managed_now(m);
+    if (!p->guided || managed_fwd_only(m)) return;
     /* retry what found no gap, until its use */
     int k = 0;
     for (int i = 0; i < p->n_pending; i++) {
         const cand *c = &p->c[p->pending[i]];
-        const root_view *v = managed_root(m, c->r);
-        if (v->state != RES_HOST || c->b % p->n_ops <= op) continue;
-        if (!managed_prefetch(m, c->r)) p->pending[k++] = p->pending[i];
+        residency st = managed_root(m, c->r)->state;
+        if (c->b % p->n_ops <= op) continue; /* its use fetches it now */
+        if (st == RES_TO_HOST || (st == RES_HOST && !managed_prefetch(m, c->r)))
+            p->pending[k++] = p->pending[i];
     }
     p->n_pending = k;
     for (int j = p->fetch_start[op]; j < p->fetch_start[op + 1]; j++) {
         int id = p->fetch_ids[j];
-        const root_view *v = managed_root(m, p->c[id].r);
-        if (v->state == RES_HOST && !managed_prefetch(m, p->c[id].r) &&
-            p->n_pending < p->n_roots)
+        residency st = managed_root(m, p->c[id].r)->state;
+        /* not landed yet, or no gap now: tried again at every op */
+        bool wait = st == RES_TO_HOST ||
+                    (st == RES_HOST && !managed_prefetch(m, p->c[id].r));
+        if (wait && p->n_pending < p->n_roots) {
             p->pending[p->n_pending++] = id;
+            p->dbg_nogap++;
+        }
     }
 }
 
 static void delta_after(void *pp, managed *m, int op) {
     delta_pol *p = pp;
-    if (!p->planned || managed_fwd_only(m)) return;
+    delta_policy_dtr.after_op(p->dtr, m, op);
+    if (!p->guided || managed_fwd_only(m)) return;
     for (int j = p->rel_start[op]; j < p->rel_start[op + 1]; j++) {
         const cand *c = &p->c[p->rel_ids[j]];
         const root_view *v = managed_root(m, c->r);
@@ -600,9 +768,12 @@ static void delta_after(void *pp, managed *m, int op) {
 static void delta_event(void *pp, managed *m, int r, managed_event ev,
                         double wait_s) {
     delta_pol *p = pp;
-    (void)m;
-    (void)r;
-    if (ev == MEV_LATE && wait_s > 0 && p->planned) p->late++;
+    delta_policy_dtr.on_event(p->dtr, m, r, ev, wait_s);
+    if (ev == MEV_LATE && wait_s > 0 && p->guided && p->root_first[r] >= 0) {
+        /* a planned swap-in arrived late: start it earlier next time */
+        p->late++;
+        p->advance[r]++;
+    }
 }
 
 const policy_ops delta_policy_delta = {

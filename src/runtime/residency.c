@@ -427,11 +427,13 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
         }
         if (mg_free_temps(m)) continue;
         if (wait_oldest(m, RES_TO_HOST)) continue;
-        wait_oldest(m, RES_TO_DEVICE);
         bool drop = false;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
                     : -1;
+        /* nothing to offer while swap-ins in flight hold bytes: one lands
+         * and the policy is asked again (it may send it back for free) */
+        if (v < 0 && wait_oldest(m, RES_TO_DEVICE)) continue;
         if (v < 0) {
             int i = m->cur_op >= 0 ? m->cur_op : 0;
             const delta_op *op = &m->ctx->ops[i];
