@@ -221,7 +221,12 @@ static void test_budget_errors(void) {
           "64KiB");
     /* keep needs the whole peak. */
     FAILS(3, "keep", "--model", "gpt2-tiny", "--steps", "1", "--budget",
-          "60%");
+          "60%", "--policy", "keep");
+    /* with a budget and no policy, delta manages it */
+    TRAIN("--model", "gpt2-tiny", "--steps", "2", "--budget", "60%");
+    CHECK(res.status == 0 && strstr(res.out, "policy delta"),
+          "a budget without --policy runs delta: status %d: %s %s",
+          res.status, res.out, res.err);
     FAILS(3, "minimum", "--backend", "sim", "--model", "gpt2-small",
           "--steps", "1", "--budget", "1MiB");
     TRAIN("--model", "gpt2-tiny", "--steps", "1", "--budget", "150%",

@@ -277,6 +277,38 @@ POLICY_TEST(capuchin)
 POLICY_TEST(autoswap)
 POLICY_TEST(delta)
 
+/* delta's director: with a fast link it swaps, with a slow one it
+ * recomputes (same model, budget and kernels; only the link differs). */
+static void test_delta_director_follows_the_link(void) {
+    if (only && strcmp(only, "delta")) TEST_SKIP("not selected");
+    const model_case *mc = &models[2]; /* gpt2 */
+    size_t min_budget = 0, base = baseline_peak(mc, &min_budget);
+    size_t budget = base / 2;
+    delta_step_stats sum[2];
+    const double gbps[2] = {0, 0.005}; /* unthrottled; 5 MB/s */
+    for (int k = 0; k < 2; k++) {
+        delta_backend *be = delta_backend_cpu_new(
+            &(delta_cpu_backend_opts){.link_gbps = gbps[k],
+                                      .link_latency_s = 0},
+            NULL, 0);
+        char *got = NULL, why[512] = "";
+        size_t got_n = 0, peak = 0;
+        outcome oc = train(mc, be, "delta", budget, &got, &got_n, &peak,
+                           &sum[k], why, sizeof why);
+        CHECK(oc == RAN, "delta at 50%%: %s", why);
+        free(got);
+        delta_backend_free(be);
+    }
+    printf("  link unthrottled: %zu B swapped out, %d recomputed; 5 MB/s: "
+           "%zu B swapped out, %d recomputed\n",
+           sum[0].swap_out_bytes, sum[0].recomputed_ops, sum[1].swap_out_bytes,
+           sum[1].recomputed_ops);
+    CHECK(sum[0].swap_out_bytes > sum[1].swap_out_bytes,
+          "a fast link swaps more");
+    CHECK(sum[1].recomputed_ops > sum[0].recomputed_ops,
+          "a slow link recomputes more");
+}
+
 /* Paper-scale programs on the simulator at half their peak: every policy
  * either keeps the budget or refuses it clearly. */
 static void test_sim_scale(void) {
@@ -375,6 +407,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_capuchin);
     TEST_RUN(test_autoswap);
     TEST_RUN(test_delta);
+    TEST_RUN(test_delta_director_follows_the_link);
     TEST_RUN(test_sim_scale);
     TEST_MAIN_END();
 }

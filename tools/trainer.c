@@ -385,7 +385,9 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     t->sim = c->backend == TRAIN_BACKEND_SIM;
     t->result.final_loss = NAN;
     if (!c->gpu) c->gpu = DEFAULT_GPU;
-    if (!c->policy) c->policy = "keep";
+    /* with a budget, delta decides; without one nothing needs managing */
+    if (!c->policy)
+        c->policy = c->budget.kind == BUDGET_UNLIMITED ? "keep" : "delta";
     if (c->threads > 0) delta_cpu_set_threads(c->threads);
     if (t->sim && c->save)
         return fail(t, DELTA_ERR_INVALID_ARG, "--save: the sim backend "
