@@ -113,16 +113,20 @@ static void late_before(void *p, managed *m, int op) {
     fetch_ahead(m, op, 0); /* too late to hide on a slow link */
 }
 
-static const policy_ops p_offload = {"t-offload", s_create, s_destroy, NULL,
-                                     NULL, offload_before, offload_after,
-                                     s_victim, s_event};
-static const policy_ops p_drop = {"t-drop", s_create, s_destroy, NULL, NULL,
-                                  NULL, drop_after, NULL, s_event};
-static const policy_ops p_late = {"t-late", s_create, s_destroy, NULL, NULL,
-                                  late_before, offload_after, s_victim,
-                                  s_event};
-static const policy_ops p_victims = {"t-victims", s_create, s_destroy, NULL,
-                                     NULL, NULL, NULL, s_victim, s_event};
+static const policy_ops p_offload = {
+    .name = "t-offload", .create = s_create, .destroy = s_destroy,
+    .before_op = offload_before, .after_op = offload_after,
+    .choose_victim = s_victim, .on_event = s_event};
+static const policy_ops p_drop = {
+    .name = "t-drop", .create = s_create, .destroy = s_destroy,
+    .after_op = drop_after, .on_event = s_event};
+static const policy_ops p_late = {
+    .name = "t-late", .create = s_create, .destroy = s_destroy,
+    .before_op = late_before, .after_op = offload_after,
+    .choose_victim = s_victim, .on_event = s_event};
+static const policy_ops p_victims = {
+    .name = "t-victims", .create = s_create, .destroy = s_destroy,
+    .choose_victim = s_victim, .on_event = s_event};
 
 /* ---- running them ----------------------------------------------------------- */
 

@@ -90,6 +90,10 @@ typedef struct policy_ops {
     int (*choose_victim)(void *p, managed *m, size_t need, bool *drop);
     void (*on_event)(void *p, managed *m, int r, managed_event ev,
                      double wait_s);
+    /* When an allocation is short: true asks choose_victim before waiting
+     * for swap-outs in flight (then waits only if it offers nothing);
+     * false (the default) waits for them first. */
+    bool victims_before_waits;
 } policy_ops;
 
 extern const policy_ops delta_policy_swap, delta_policy_checkpoint,

@@ -73,7 +73,7 @@ typedef enum mode { MODE_ONLINE = 0, MODE_PLAN_FULL, MODE_PLAN_FREE,
 
 typedef struct swap_plan {
     double out_s, out_e, in_s, in_e, out_deadline, d_out, d_in;
-    int issue;
+    int issue, lo;
 } swap_plan;
 
 typedef struct cand {
@@ -81,6 +81,7 @@ typedef struct cand {
                               next step's op b - n) */
     how how;               /* chosen: how; else HOW_NONE */
     int issue;             /* swap: op (mod n) whose before_op prefetches */
+    int lo;                /* swap: first op it relieves (unrolled) */
     int next_of_root;      /* chosen candidates of the same root (list) */
     how eval_how;          /* the director's last verdict ... */
     swap_plan eval_sp;     /* ... and its transfers, for commit */
@@ -354,6 +355,7 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
     sp->in_s = p->t0[issue];
     sp->in_e = end;
     sp->issue = issue;
+    sp->lo = lo;
     sp->out_deadline = p->t0[lo];
     /* a wrap swap-out still in flight at the step's end is waited for */
     if (c->b >= p->n_ops && sp->out_e > p->T) cost += sp->out_e - p->T;
@@ -426,6 +428,7 @@ static void commit_cand(void *user, int k, const ks_eval *e) {
     c->how = c->eval_how;
     if (c->how == HOW_SWAP) {
         c->issue = c->eval_sp.issue;
+        c->lo = c->eval_sp.lo;
         const swap_plan *sp = &c->eval_sp;
         xfer_add(&p->out, sp->out_s, sp->d_out, sp->out_deadline, p->T);
         /* a planned fetch must end by the use; an on-demand one is late
@@ -699,9 +702,13 @@ static void delta_end(void *pp, managed *m, bool ok) {
     }
     /* the step as compute saw it (kernels, recomputations, stalls), kept
      * for its mode when it was a steady step of that mode */
-    if (!p->have_times || p->prev_mode == p->cur_mode)
-        p->mode_s[p->have_times ? p->cur_mode : MODE_ONLINE] =
-            managed_now(m) - p->step_t0;
+    if (!p->have_times || p->prev_mode == p->cur_mode) {
+        mode k = p->have_times ? p->cur_mode : MODE_ONLINE;
+        double t = managed_now(m) - p->step_t0;
+        /* the mode's figure: its last steady step, but a re-planned mode
+         * that got slower keeps competing with its new time only */
+        p->mode_s[k] = t;
+    }
     (void)step_s;
     p->have_times = true;
     p->steps++;
@@ -718,7 +725,6 @@ static void delta_end(void *pp, managed *m, bool ok) {
          * figure (a profile is not repeated) */
         for (int k = MODE_PLAN_FULL; k < MODE_COUNT; k++) p->mode_s[k] = 0;
     }
-    if (p->late > 0) p->replan = true;
     if (getenv("DELTA_DEBUG_PLAN"))
         fprintf(stderr, "end step: mode %d %.4f s, online victims %d, drift %.3f, late %d, margin %zu, no gap %d\n",
                 p->cur_mode, p->mode_s[p->cur_mode], p->online_victims, total > 0 ? drift / total : 0, p->late, p->margin, p->dbg_nogap);
@@ -770,7 +776,9 @@ static void delta_event(void *pp, managed *m, int r, managed_event ev,
     delta_pol *p = pp;
     delta_policy_dtr.on_event(p->dtr, m, r, ev, wait_s);
     if (ev == MEV_LATE && wait_s > 0 && p->guided && p->root_first[r] >= 0) {
-        /* a planned swap-in arrived late: start it earlier next time */
+        /* a planned swap-in arrived late: counted, and started earlier at
+         * the next re-plan (moving it at once raised the pressure where it
+         * lands more than it saved: measured on the sim) */
         p->late++;
         p->advance[r]++;
     }
@@ -786,4 +794,6 @@ const policy_ops delta_policy_delta = {
     .after_op = delta_after,
     .choose_victim = delta_choose,
     .on_event = delta_event,
+    /* dropping a cheap activation beats waiting on the link */
+    .victims_before_waits = true,
 };

@@ -426,11 +426,18 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
             }
         }
         if (mg_free_temps(m)) continue;
-        if (wait_oldest(m, RES_TO_HOST)) continue;
+        /* swap-outs in flight release bytes when they land; a policy that
+         * prefers naming a victim (a cheap recomputation) to waiting for
+         * them is asked first */
+        if (!m->pol->victims_before_waits && wait_oldest(m, RES_TO_HOST))
+            continue;
         bool drop = false;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
                     : -1;
+        if (v < 0 && m->pol->victims_before_waits &&
+            wait_oldest(m, RES_TO_HOST))
+            continue;
         /* nothing to offer while swap-ins in flight hold bytes: one lands
          * and the policy is asked again (it may send it back for free) */
         if (v < 0 && wait_oldest(m, RES_TO_DEVICE)) continue;
