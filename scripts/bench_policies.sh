@@ -2,7 +2,7 @@
 # make bench-policies: every policy at 90, 70, 50, 40 and 30% of keep's peak,
 # side by side on the same runtime, kernels and clock (a benchmark, not a
 # test):
-#   cpu  ResNet-50 on 3x64x64 images, batch 16, SGD (the default emulated
+#   cpu  ResNet-50 on 3x32x32 images, batch 8, SGD (the default emulated
 #        link: one byte per 1,000 GEMM flops, a GPU on PCIe)
 #   cpu  GPT-2-shaped, 4 layers, 128 wide, T 64, batch 8, AdamW
 #   sim  ResNet-50 224x224 batch 64 and GPT-2 small T 1024 batch 8, AdamW,
@@ -32,7 +32,7 @@ run() { # run NAME BUDGET POLICY ARGS...: one cell into $tmp/NAME.POLICY.BUDGET
 }
 
 declare -A jobs=(
-    [cpu_resnet50]="--model resnet50 --image-size 64 --channels 3 --classes 10 --batch 16 --optimizer sgd --data synthetic"
+    [cpu_resnet50]="--model resnet50 --image-size 32 --channels 3 --classes 10 --batch 8 --optimizer sgd --data synthetic"
     [cpu_gpt2]="--model gpt2-tiny --layers 4 --hidden 128 --heads 4 --seq-len 64 --vocab 256 --data synthetic --batch 8 --optimizer adamw"
     [v100_resnet50]="--model resnet50 --batch 64 --backend sim --gpu v100-32g --optimizer adamw"
     [v100_gpt2small]="--model gpt2-small --batch 8 --seq-len 1024 --backend sim --gpu v100-32g --optimizer adamw"
@@ -60,7 +60,7 @@ done
 import json, os, statistics, sys
 tmp, policies, budgets, order = sys.argv[1], sys.argv[2].split()[1:], sys.argv[3].split(), sys.argv[4].split()
 labels = {
-    "cpu_resnet50": "cpu: ResNet-50, 3x64x64, batch 16, SGD",
+    "cpu_resnet50": "cpu: ResNet-50, 3x32x32, batch 8, SGD",
     "cpu_gpt2": "cpu: GPT-2 4x128, T 64, batch 8, AdamW",
     "v100_resnet50": "sim V100-32GB: ResNet-50 224x224, batch 64, AdamW",
     "v100_gpt2small": "sim V100-32GB: GPT-2 small T 1024, batch 8, AdamW",
