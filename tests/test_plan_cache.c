@@ -1,0 +1,206 @@
+/* The plan cache and program keys (src/runtime/plan_cache.c):
+ *  - the same program built twice has the same key; another batch, another
+ *    sequence length, another optimizer setting give other keys;
+ *  - put/get round trip, overwrite, keys kept apart by policy, a NULL
+ *    cache, a zero-byte blob;
+ *  - the managed runtime hands policies the session's cache and the
+ *    program's key;
+ *  - what shape switching relies on: programs of one model at different
+ *    shapes have the same op count, the same dropout op ids and the same
+ *    persistent tensors (names, kinds, shapes) in the same order, except
+ *    the position constant. */
+#include "delta/delta.h"
+#include "graph/graph_impl.h"
+#include "runtime/managed.h"
+#include "runtime/plan_cache.h"
+#include "test.h"
+
+typedef struct built {
+    delta_ctx *ctx;
+    delta_model m;
+} built;
+
+static built build(const char *name, int64_t batch, int64_t seq_len,
+                   float lr) {
+    built b = {delta_ctx_new(), {0}};
+    delta_model_config cfg = {.name = name, .batch = batch,
+                              .seq_len = seq_len,
+                              .dropout = DELTA_MODEL_DROPOUT_DEFAULT};
+    if (!seq_len) cfg.dropout = 0;
+    delta_ctx_set_seed(b.ctx, 7);
+    CHECK(delta_model_build(b.ctx, &cfg, &b.m) == DELTA_OK, "%s: %s", name,
+          b.m.error);
+    CHECK(delta_backward(b.ctx, b.m.loss) == DELTA_OK);
+    CHECK(delta_optimizer_adamw(b.ctx, (delta_adamw_opts){.lr = lr,
+                                                          .beta1 = 0.9f,
+                                                          .beta2 = 0.999f,
+                                                          .eps = 1e-8f}) ==
+          DELTA_OK);
+    return b;
+}
+
+static void test_program_key(void) {
+    built a = build("gpt2-tiny", 2, 16, 1e-3f), b = build("gpt2-tiny", 2, 16,
+                                                          1e-3f);
+    built c = build("gpt2-tiny", 3, 16, 1e-3f), d = build("gpt2-tiny", 2, 17,
+                                                          1e-3f);
+    built e = build("gpt2-tiny", 2, 16, 2e-3f);
+    built f = build("mlp", 4, 0, 1e-3f), g = build("mlp", 5, 0, 1e-3f);
+    uint64_t ka = delta_program_key(a.ctx), kb = delta_program_key(b.ctx);
+    CHECK(ka == kb, "the same program: %016llx vs %016llx",
+          (unsigned long long)ka, (unsigned long long)kb);
+    CHECK(ka != delta_program_key(c.ctx), "another batch, the same key");
+    CHECK(ka != delta_program_key(d.ctx), "another sequence length, the "
+          "same key");
+    CHECK(ka != delta_program_key(e.ctx), "another learning rate (an "
+          "attribute), the same key");
+    CHECK(delta_program_key(f.ctx) != delta_program_key(g.ctx),
+          "mlp batch 4 and 5 share a key");
+    CHECK(delta_program_key(f.ctx) == delta_program_key(f.ctx),
+          "not a pure function");
+    built *all[] = {&a, &b, &c, &d, &e, &f, &g};
+    for (int i = 0; i < 7; i++) delta_ctx_free(all[i]->ctx);
+}
+
+static void test_put_get(void) {
+    delta_plan_cache *c = delta_plan_cache_new();
+    CHECK(c != NULL);
+    size_t n = 99;
+    CHECK(plan_cache_get(c, "dtr", 1, &n) == NULL && n == 0, "empty cache");
+    int blob[4] = {1, 2, 3, 4};
+    CHECK(plan_cache_put(c, "dtr", 1, blob, sizeof blob));
+    blob[0] = 42; /* the cache holds a copy */
+    const int *got = plan_cache_get(c, "dtr", 1, &n);
+    CHECK(got && n == sizeof blob && got[0] == 1 && got[3] == 4,
+          "round trip");
+    CHECK(plan_cache_get(c, "swap", 1, NULL) == NULL, "policies share keys");
+    CHECK(plan_cache_get(c, "dtr", 2, NULL) == NULL, "another key found");
+    /* overwrite: a new size and contents under the same key */
+    double other[3] = {0.5, 1.5, 2.5};
+    CHECK(plan_cache_put(c, "dtr", 1, other, sizeof other));
+    const double *g2 = plan_cache_get(c, "dtr", 1, &n);
+    CHECK(g2 && n == sizeof other && g2[2] == 2.5, "overwrite");
+    CHECK(plan_cache_count(c) == 1, "%d entries after an overwrite",
+          plan_cache_count(c));
+    CHECK(plan_cache_put(c, "swap", 1, blob, sizeof blob));
+    CHECK(plan_cache_put(c, "dtr", 2, NULL, 0), "a zero-byte blob");
+    CHECK(plan_cache_get(c, "dtr", 2, &n) != NULL && n == 0,
+          "a zero-byte blob is found");
+    for (uint64_t k = 10; k < 40; k++)  /* growth */
+        CHECK(plan_cache_put(c, "dtr", k, &k, sizeof k));
+    const uint64_t *g3 = plan_cache_get(c, "dtr", 33, &n);
+    CHECK(g3 && *g3 == 33 && n == sizeof *g3);
+    CHECK(plan_cache_count(c) == 33, "%d entries", plan_cache_count(c));
+    CHECK(!plan_cache_put(NULL, "dtr", 1, blob, sizeof blob));
+    CHECK(!plan_cache_put(c, NULL, 1, blob, sizeof blob));
+    CHECK(plan_cache_get(NULL, "dtr", 1, &n) == NULL && n == 0);
+    delta_plan_cache_free(c);
+    delta_plan_cache_free(NULL);
+}
+
+/* A policy that stores its program key in the cache on creation. */
+static uint64_t seen_key;
+static delta_plan_cache *seen_cache;
+static void *p_create(managed *m) {
+    seen_key = managed_program_key(m);
+    seen_cache = managed_plan_cache(m);
+    if (seen_cache) plan_cache_put(seen_cache, "probe", seen_key, "plan", 4);
+    return &seen_key;
+}
+static void p_destroy(void *p) { (void)p; }
+static const policy_ops probe = {.name = "probe", .create = p_create,
+                                 .destroy = p_destroy};
+
+static void test_managed_views(void) {
+    built a = build("gpt2-tiny", 2, 16, 1e-3f);
+    char err[256] = "";
+    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0}, err,
+                                             sizeof err);
+    CHECK(b, "%s", err);
+    if (!b) return;
+    delta_dry_plan dp;
+    CHECK(delta_dry_plan_build(a.ctx, &dp, NULL, 0) == DELTA_OK);
+    delta_plan_cache *c = delta_plan_cache_new();
+    managed_opts mo = {.budget = dp.peak_bytes, .policy = "probe",
+                       .custom = &probe, .plans = c};
+    delta_status st;
+    managed *m = managed_new(a.ctx, b, &mo, &st, err, sizeof err);
+    CHECK(m, "%s", err);
+    CHECK(seen_key == delta_program_key(a.ctx) && seen_cache == c,
+          "the runtime's views");
+    size_t n = 0;
+    const char *blob = plan_cache_get(c, "probe", seen_key, &n);
+    CHECK(blob && n == 4 && !memcmp(blob, "plan", 4));
+    managed_free(m);
+    mo.plans = NULL;
+    m = managed_new(a.ctx, b, &mo, &st, err, sizeof err);
+    CHECK(m && seen_cache == NULL, "no cache given: NULL");
+    managed_free(m);
+    delta_plan_cache_free(c);
+    delta_backend_free(b);
+    delta_ctx_free(a.ctx);
+}
+
+/* Persistent tensors of a program in id order: PARAM, STATE and CONST. */
+static int persistent(const delta_ctx *c, const delta_tensor **out, int cap) {
+    int n = 0;
+    for (int i = 0; i < delta_ctx_n_tensors(c); i++) {
+        const delta_tensor *t = delta_ctx_tensor(c, i);
+        delta_tensor_kind k = delta_tensor_kind_of(t);
+        if (k != DELTA_KIND_PARAM && k != DELTA_KIND_STATE &&
+            k != DELTA_KIND_CONST)
+            continue;
+        if (n < cap) out[n] = t;
+        n++;
+    }
+    return n;
+}
+
+static void same_layout(const char *name, int64_t b1, int64_t t1, int64_t b2,
+                        int64_t t2) {
+    built x = build(name, b1, t1, 1e-3f), y = build(name, b2, t2, 1e-3f);
+    const delta_ctx *cx = x.ctx, *cy = y.ctx;
+    CHECK(delta_ctx_n_ops(cx) == delta_ctx_n_ops(cy), "%s: %d vs %d ops",
+          name, delta_ctx_n_ops(cx), delta_ctx_n_ops(cy));
+    /* op i is the same op at both shapes: dropout masks, keyed by (seed,
+     * op id, step, element), follow the op */
+    int diff = 0;
+    for (int i = 0; i < delta_ctx_n_ops(cx) && i < delta_ctx_n_ops(cy); i++)
+        diff += cx->ops[i].type != cy->ops[i].type ||
+                cx->ops[i].a.fwd_op != cy->ops[i].a.fwd_op;
+    CHECK(diff == 0, "%s: %d ops differ in type or RNG key", name, diff);
+    static const delta_tensor *px[4096], *py[4096];
+    int nx = persistent(cx, px, 4096), ny = persistent(cy, py, 4096);
+    CHECK(nx == ny && nx <= 4096, "%s: %d vs %d persistent tensors", name,
+          nx, ny);
+    for (int i = 0; i < nx && i < ny && i < 4096; i++) {
+        const delta_tensor *a = px[i], *b = py[i];
+        CHECK(!strcmp(delta_tensor_name(a), delta_tensor_name(b)) &&
+                  delta_tensor_kind_of(a) == delta_tensor_kind_of(b),
+              "%s: tensor %d is '%s' and '%s'", name, i,
+              delta_tensor_name(a), delta_tensor_name(b));
+        /* only the positions constant (T) depends on the shape */
+        if (!strcmp(delta_tensor_name(a), "positions")) continue;
+        CHECK(delta_tensor_bytes(a) == delta_tensor_bytes(b),
+              "%s: '%s' has %zu and %zu bytes", name, delta_tensor_name(a),
+              delta_tensor_bytes(a), delta_tensor_bytes(b));
+    }
+    delta_ctx_free(x.ctx);
+    delta_ctx_free(y.ctx);
+}
+
+static void test_names_stable_across_shapes(void) {
+    same_layout("gpt2-tiny", 2, 16, 2, 48);
+    same_layout("gpt2-tiny", 4, 32, 3, 20);
+    same_layout("bert-tiny", 2, 16, 1, 40);
+    same_layout("mlp", 8, 0, 3, 0);
+    same_layout("resnet18", 4, 0, 3, 0);
+}
+
+int main(void) {
+    TEST_RUN(test_program_key);
+    TEST_RUN(test_put_get);
+    TEST_RUN(test_managed_views);
+    TEST_RUN(test_names_stable_across_shapes);
+    TEST_MAIN_END();
+}
