@@ -8,7 +8,11 @@
  *  - what shape switching relies on: programs of one model at different
  *    shapes have the same op count, the same dropout op ids and the same
  *    persistent tensors (names, kinds, shapes) in the same order, except
- *    the position constant. */
+ *    the position constant; and a run handed from one session to another
+ *    (parameters and state read out and written back, the step counter
+ *    set) trains bit-identically to one session, whatever the second
+ *    session's policy and budget, while forgetting the step counter
+ *    would not. */
 #include "delta/delta.h"
 #include "graph/graph_impl.h"
 #include "runtime/managed.h"
@@ -197,10 +201,144 @@ static void test_names_stable_across_shapes(void) {
     same_layout("resnet18", 4, 0, 3, 0);
 }
 
+/* ---- handing a run from one session to the next --------------------- */
+
+typedef struct host_consts {
+    const delta_tensor *t[4];
+    void *p[4];
+    int n;
+} host_consts;
+
+static void *hc_data(void *ud, const delta_tensor *t) {
+    host_consts *h = ud;
+    h->t[h->n] = t;
+    h->p[h->n] = calloc(1, delta_tensor_bytes(t));
+    return h->p[h->n++];
+}
+
+static delta_session *open_s(built *b, delta_backend *be, const char *policy,
+                             size_t budget) {
+    char err[256] = "";
+    delta_status st;
+    delta_session_opts o = {.backend = be, .budget_bytes = budget,
+                            .policy = policy};
+    delta_session *s = delta_session_new(b->ctx, &o, &st, err, sizeof err);
+    CHECK(s, "%s: %s", policy, err);
+    if (!s) return NULL;
+    host_consts h = {0};
+    delta_model_fill_constants(&b->m, hc_data, &h);
+    for (int i = 0; i < h.n; i++) {
+        CHECK(delta_session_write(s, h.t[i], h.p[i],
+                                  delta_tensor_bytes(h.t[i])) == DELTA_OK);
+        free(h.p[i]);
+    }
+    return s;
+}
+
+/* Runs steps [from, to) with tokens drawn from the step number. */
+static void run_steps(built *b, delta_session *s, int from, int to) {
+    size_t n = (size_t)delta_tensor_numel(b->m.input);
+    int32_t *x = malloc(n * 4), *y = malloc(n * 4);
+    for (int step = from; step < to; step++) {
+        for (size_t i = 0; i < n; i++) {
+            x[i] = (int32_t)((i * 7 + (size_t)step * 13) % 256);
+            y[i] = (int32_t)((i * 11 + (size_t)step * 5) % 256);
+        }
+        CHECK(delta_session_write(s, b->m.input, x, n * 4) == DELTA_OK);
+        CHECK(delta_session_write(s, b->m.target, y, n * 4) == DELTA_OK);
+        CHECK(delta_session_run(s, DELTA_RUN_STEP, NULL) == DELTA_OK, "%s",
+              delta_session_error(s));
+    }
+    free(x);
+    free(y);
+}
+
+/* Every PARAM and STATE tensor of b, read out of s, concatenated. */
+static uint8_t *read_all(built *b, delta_session *s, size_t *bytes) {
+    size_t total = 0;
+    for (int i = 0; i < delta_ctx_n_tensors(b->ctx); i++) {
+        const delta_tensor *t = delta_ctx_tensor(b->ctx, i);
+        delta_tensor_kind k = delta_tensor_kind_of(t);
+        if (k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE)
+            total += delta_tensor_bytes(t);
+    }
+    uint8_t *buf = malloc(total ? total : 1), *p = buf;
+    for (int i = 0; i < delta_ctx_n_tensors(b->ctx); i++) {
+        const delta_tensor *t = delta_ctx_tensor(b->ctx, i);
+        delta_tensor_kind k = delta_tensor_kind_of(t);
+        if (k != DELTA_KIND_PARAM && k != DELTA_KIND_STATE) continue;
+        CHECK(delta_session_read(s, t, p, delta_tensor_bytes(t)) == DELTA_OK);
+        p += delta_tensor_bytes(t);
+    }
+    *bytes = total;
+    return buf;
+}
+
+static void write_all(built *b, delta_session *s, const uint8_t *p) {
+    for (int i = 0; i < delta_ctx_n_tensors(b->ctx); i++) {
+        const delta_tensor *t = delta_ctx_tensor(b->ctx, i);
+        delta_tensor_kind k = delta_tensor_kind_of(t);
+        if (k != DELTA_KIND_PARAM && k != DELTA_KIND_STATE) continue;
+        CHECK(delta_session_write(s, t, p, delta_tensor_bytes(t)) ==
+              DELTA_OK);
+        p += delta_tensor_bytes(t);
+    }
+}
+
+static void test_session_handover(void) {
+    built b = build("gpt2-tiny", 2, 16, 1e-2f);
+    char err[256] = "";
+    delta_backend *be = delta_backend_cpu_new(
+        &(delta_cpu_backend_opts){0, 0}, err, sizeof err);
+    CHECK(be, "%s", err);
+    delta_dry_plan dp;
+    CHECK(delta_dry_plan_build(b.ctx, &dp, NULL, 0) == DELTA_OK);
+    if (!be) return;
+    /* one session, six steps */
+    size_t n_ref = 0, n = 0;
+    delta_session *s = open_s(&b, be, "keep", 0);
+    if (!s) return;
+    run_steps(&b, s, 0, 6);
+    uint8_t *ref = read_all(&b, s, &n_ref);
+    delta_session_free(s);
+    /* three steps, handed over to autoswap at 70% (or keep), three more */
+    const char *pols[] = {"autoswap", "keep"};
+    for (int k = 0; k < 2; k++) {
+        for (int set_step = 1; set_step >= 0; set_step--) {
+            s = open_s(&b, be, "keep", 0);
+            run_steps(&b, s, 0, 3);
+            uint8_t *mid = read_all(&b, s, &n);
+            int64_t step = delta_session_step(s);
+            delta_session_free(s);
+            size_t budget = k == 0 ? dp.peak_bytes * 7 / 10 : 0;
+            s = open_s(&b, be, pols[k], budget);
+            if (!s) break;
+            if (set_step) delta_session_set_step(s, step);
+            write_all(&b, s, mid);
+            run_steps(&b, s, 3, 6);
+            uint8_t *got = read_all(&b, s, &n);
+            bool same = n == n_ref && !memcmp(got, ref, n);
+            if (set_step)
+                CHECK(same, "handed to %s: not bit-identical", pols[k]);
+            else
+                CHECK(!same, "handed to %s without the step counter: "
+                      "identical (the test would not see a lost step)",
+                      pols[k]);
+            free(mid);
+            free(got);
+            delta_session_free(s);
+        }
+    }
+    free(ref);
+    delta_backend_free(be);
+    delta_ctx_free(b.ctx);
+}
+
 int main(void) {
     TEST_RUN(test_program_key);
     TEST_RUN(test_put_get);
     TEST_RUN(test_managed_views);
     TEST_RUN(test_names_stable_across_shapes);
+    TEST_RUN(test_session_handover);
     TEST_MAIN_END();
 }
