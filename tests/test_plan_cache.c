@@ -64,6 +64,21 @@ static void test_program_key(void) {
           "not a pure function");
     built *all[] = {&a, &b, &c, &d, &e, &f, &g};
     for (int i = 0; i < 7; i++) delta_ctx_free(all[i]->ctx);
+    /* every shape a --seq-len-range 16:48 run at batches 1..4 could see:
+     * no two share a key */
+    enum { NK = 33 * 4 };
+    static uint64_t keys[NK];
+    int n = 0;
+    for (int64_t bt = 1; bt <= 4; bt++)
+        for (int64_t T = 16; T <= 48; T++) {
+            built x = build("gpt2-tiny", bt, T, 1e-3f);
+            keys[n++] = delta_program_key(x.ctx);
+            delta_ctx_free(x.ctx);
+        }
+    int clashes = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) clashes += keys[i] == keys[j];
+    CHECK(clashes == 0, "%d clashes among %d shapes", clashes, n);
 }
 
 static void test_put_get(void) {

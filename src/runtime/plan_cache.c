@@ -88,17 +88,17 @@ int plan_cache_count(const delta_plan_cache *c) { return c ? c->n : 0; }
 
 /* ---- program keys -------------------------------------------------------- */
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME 0x100000001b3ULL
-
-/* FNV-1a over the 8 bytes of v, least significant first (the same key on
- * every machine whatever its byte order). */
+/* One 64-bit word into the running hash: xxHash64's round (multiply,
+ * rotate, multiply), which mixes a word with two multiplies where
+ * byte-wise FNV-1a needs eight; values, not bytes, go in, so the key is
+ * the same on every machine whatever its byte order. */
+#define XX_P1 0x9e3779b185ebca87ULL
+#define XX_P2 0xc2b2ae3d27d4eb4fULL
+#define XX_SEED 0x27d4eb2f165667c5ULL
 static inline uint64_t h64(uint64_t h, uint64_t v) {
-    for (int i = 0; i < 8; i++) {
-        h ^= (v >> (8 * i)) & 0xff;
-        h *= FNV_PRIME;
-    }
-    return h;
+    h += v * XX_P2;
+    h = (h << 31) | (h >> 33);
+    return h * XX_P1;
 }
 
 static inline uint64_t hf(uint64_t h, float f) {
@@ -136,7 +136,7 @@ static inline uint64_t mix(uint64_t z) {
 }
 
 uint64_t delta_program_key(const delta_ctx *ctx) {
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = XX_SEED;
     h = h64(h, (uint64_t)ctx->n_tensors);
     h = h64(h, (uint64_t)ctx->n_ops);
     for (int i = 0; i < ctx->n_tensors; i++) {

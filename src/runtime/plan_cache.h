@@ -32,7 +32,8 @@ bool plan_cache_put(delta_plan_cache *c, const char *policy,
 /* Entries held (for tests and reports). */
 int plan_cache_count(const delta_plan_cache *c);
 
-/* A 64-bit hash (FNV-1a over 64-bit words, then a final mix) of everything
+/* A 64-bit hash (xxHash64-style rounds over 64-bit values, then a final
+ * SplitMix64 mix) of everything
  * that defines a program's shape and schedule: the op list (type, phase,
  * inputs, outputs, attributes, flags, workspace) and every tensor (dtype,
  * kind, shape, view, producer). Names, the seed and initial values are left
