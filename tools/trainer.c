@@ -706,9 +706,11 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     }
     if (c->seq_len_max || (t->loader && !c->drop_last &&
                            delta_dataset_len(t->data) % m->batch))
-        info(t, "shapes change during the run: each is planned once; the "
-             "budget is one figure, set against the largest shape (batch %"
-             PRId64 "%s%s)", m->batch, t->image ? "" : " x ",
+        info(t, "shapes change during the run: each shape's program is "
+             "built once and reused%s "
+             "(batch %" PRId64 "%s%s)", t->budget_bytes ? "; the budget is "
+             "one figure, set against the largest shape" : "; the largest "
+             "shape", m->batch, t->image ? "" : " x ",
              t->image ? "" : seq_max_str(t, sub, sizeof sub));
     return DELTA_OK;
 }
@@ -861,17 +863,15 @@ delta_status trainer_train(trainer *t) {
     progress_finish(&p);
     r->train_s = progress_now() - t0;
     /* One shape: per the median step (robust to a slow first step); with
-     * changing shapes, all units over all step time. */
-    double all_units = 0, all_s = 0;
-    for (int64_t i = 0; i < r->steps_done; i++) {
-        all_units += step_units[i];
-        all_s += times[i];
-    }
+     * changing shapes, the median of the steps' own rates. */
+    for (int64_t i = 0; i < r->steps_done && !one_shape; i++)
+        step_units[i] = times[i] > 0 ? step_units[i] / times[i] : 0;
+    double rate = one_shape ? 0 : median(step_units, r->steps_done);
     r->median_step_s = median(times, r->steps_done);
     if (one_shape)
         r->units_per_s = r->median_step_s > 0 ? units / r->median_step_s : 0;
     else
-        r->units_per_s = all_s > 0 ? all_units / all_s : 0;
+        r->units_per_s = rate;
     free(times);
     free(step_units);
     return st;
