@@ -156,6 +156,24 @@ static void test_managed_views(void) {
     CHECK(m && seen_cache == NULL, "no cache given: NULL");
     managed_free(m);
     delta_plan_cache_free(c);
+    /* sessions keep their dry plan in the cache: one entry per program,
+     * found again by the next session of the same program */
+    c = delta_plan_cache_new();
+    built d = build("gpt2-tiny", 2, 24, 1e-3f);
+    const char *pols[] = {"keep", "dtr", "keep"};
+    delta_ctx *ctxs[] = {a.ctx, a.ctx, d.ctx};
+    const int want[] = {1, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        delta_session_opts so = {.backend = b, .policy = pols[i], .plans = c};
+        delta_session *s = delta_session_new(ctxs[i], &so, &st, err,
+                                             sizeof err);
+        CHECK(s, "%s", err);
+        CHECK(plan_cache_count(c) == want[i], "session %d: %d entries", i,
+              plan_cache_count(c));
+        delta_session_free(s);
+    }
+    delta_plan_cache_free(c);
+    delta_ctx_free(d.ctx);
     delta_backend_free(b);
     delta_ctx_free(a.ctx);
 }
