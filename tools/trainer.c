@@ -1018,8 +1018,9 @@ static void print_shapes(const trainer *t) {
            "shape%s; the longest %.3f s)", r->plan_s, t->n_shapes,
            t->n_shapes == 1 ? "" : "s", r->plan_max_s);
     if (r->switches)
-        printf("; %" PRId64 " session changes, %.3f s moving parameters "
-               "and state", r->switches, r->switch_s);
+        printf("; %" PRId64 " session change%s, %.3f s moving parameters "
+               "and state", r->switches, r->switches == 1 ? "" : "s",
+               r->switch_s);
     printf("\n");
 }
 
