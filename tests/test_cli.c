@@ -13,6 +13,10 @@
  *    PyTorch (tests/fixtures/checkpoints, from
  *    scripts/make_checkpoint_fixture.py) load; bad ones are refused;
  *  - the loss falls on Fashion-MNIST (skipped when it is not installed);
+ *  - changing shapes: --seq-len-range and an epoch's partial last batch
+ *    under a managed policy inside a budget save the same bytes as keep
+ *    with no budget, with every shape planned and reported; bad ranges
+ *    exit 2;
  *  - the sim backend reports simulated figures for ResNet-50 and GPT-2 XL
  *    in well under a few seconds of real time. */
 #include "delta/delta.h"
@@ -123,7 +127,9 @@ static void test_help_and_version(void) {
     run_tool(&res, true, help);
     CHECK(res.status == 0 && strstr(res.out, "usage: delta train") &&
               strstr(res.out, "--budget") && strstr(res.out, "--trace") &&
-              strstr(res.out, "dtr") && strstr(res.out, "autoswap"),
+              strstr(res.out, "dtr") && strstr(res.out, "autoswap") &&
+              strstr(res.out, "--seq-len-range") &&
+              strstr(res.out, "--drop-last"),
           "train --help: status %d, stdout '%.200s'", res.status, res.out);
     const char *ver[] = {"--version", NULL};
     run_tool(&res, true, ver);
@@ -211,6 +217,22 @@ static void test_usage_errors(void) {
     snprintf(json, sizeof json, "%s/no/such/dir/log.json", tmpdir);
     FAILS(2, "JSON log", "--model", "gpt2-tiny", "--steps", "1", "--json",
           json);
+    /* (c) bad --seq-len-range values */
+    FAILS(2, "above B", "--model", "gpt2-tiny", "--seq-len-range", "48:16");
+    FAILS(2, "expected A:B", "--model", "gpt2-tiny", "--seq-len-range",
+          "16");
+    FAILS(2, "--seq-len-range", "--model", "gpt2-tiny", "--seq-len-range",
+          "0:16");
+    FAILS(2, "whole number", "--model", "gpt2-tiny", "--seq-len-range",
+          "a:b");
+    FAILS(2, "positions", "--model", "gpt2-tiny", "--steps", "1",
+          "--seq-len-range", "16:2000");
+    FAILS(2, "positions", "--model", "bert-tiny", "--steps", "1",
+          "--seq-len-range", "16:513");
+    FAILS(2, "image model", "--model", "resnet18", "--steps", "1",
+          "--seq-len-range", "16:32");
+    FAILS(2, "give one of them", "--model", "gpt2-tiny", "--seq-len", "32",
+          "--seq-len-range", "16:32");
 }
 
 static void test_budget_errors(void) {
@@ -275,7 +297,7 @@ static const char *summary_fields[] = {
     "peak_device_bytes", "baseline_peak_bytes", "min_budget_bytes",
     "swap_out_bytes", "swap_in_bytes", "swap_outs", "swap_ins", "drops",
     "recomputed_ops", "recompute_s", "stall_s", "defrag_moves",
-    "median_step_s", "final_loss", NULL,
+    "median_step_s", "final_loss", "plan_s", "plan_max_s", "shapes", NULL,
 };
 
 /* Checks a JSON log of `steps` step lines and a summary; returns the
@@ -933,6 +955,178 @@ static void test_plan(void) {
           res.err);
 }
 
+/* ---- changing shapes --------------------------------------------------------- */
+
+/* Compares two files byte for byte. */
+static bool same_bytes(const char *pa, const char *pb) {
+    static char a[1 << 20], b[1 << 20];
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    size_t na = fa ? fread(a, 1, sizeof a, fa) : 0;
+    size_t nb = fb ? fread(b, 1, sizeof b, fb) : 0;
+    bool ok = fa && fb && na == nb && na < sizeof a && !memcmp(a, b, na);
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return ok;
+}
+
+/* The steps' shapes of a JSON log (n lines, the last the summary) into
+ * batch[] and seq[] (0 when the line has none). */
+static void step_shapes(cJSON **objs, int n, double *batch, double *seq) {
+    for (int i = 0; i + 1 < n; i++) {
+        batch[i] = num(objs[i], "batch");
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(objs[i], "seq_len");
+        seq[i] = cJSON_IsNumber(s) ? s->valuedouble : 0;
+    }
+}
+
+/* (a) --seq-len-range 16:48 under dtr at 60% of the largest shape's peak
+ * saves the bytes keep saves with no budget; every step stays inside the
+ * one budget; both runs draw the same lengths, more than one of them. */
+static void test_seq_len_range_exact(void) {
+    char a[128], b[128], ja[128], jb[128];
+    path_in_tmp(a, sizeof a, "range_dtr.safetensors");
+    path_in_tmp(b, sizeof b, "range_keep.safetensors");
+    path_in_tmp(ja, sizeof ja, "range_dtr.jsonl");
+    path_in_tmp(jb, sizeof jb, "range_keep.jsonl");
+    TRAIN("--model", "gpt2-tiny", "--seq-len-range", "16:48", "--steps", "6",
+          "--policy", "dtr", "--budget", "60%", "--save", a, "--json", ja);
+    CHECK(res.status == 0, "dtr 60%%: status %d: %s", res.status, res.err);
+    CHECK(strstr(res.out, "shapes: ") && strstr(res.out, "planning "),
+          "no shapes line in the report: %s", res.out);
+    CHECK(strstr(res.err, "largest shape"), "the budget's reference is not "
+          "said: %.400s", res.err);
+    TRAIN("--model", "gpt2-tiny", "--seq-len-range", "16:48", "--steps", "6",
+          "--save", b, "--json", jb, "--quiet");
+    CHECK(res.status == 0, "keep: status %d: %s", res.status, res.err);
+    CHECK(same_bytes(a, b), "%s and %s differ", a, b);
+    cJSON *oa[8], *ob[8];
+    int na = read_json_lines(ja, oa, 8), nb = read_json_lines(jb, ob, 8);
+    const cJSON *sa = na == 7 ? check_log("range dtr", oa, na, 6, false)
+                              : NULL;
+    CHECK(sa && nb == 7, "%d and %d JSON lines", na, nb);
+    if (sa && nb == 7) {
+        double ba[6], sqa[6], bb[6], sqb[6], budget = num(sa, "budget_bytes");
+        step_shapes(oa, na, ba, sqa);
+        step_shapes(ob, nb, bb, sqb);
+        int distinct = 0;
+        for (int i = 0; i < 6; i++) {
+            CHECK(ba[i] == 8 && sqa[i] >= 16 && sqa[i] <= 48 &&
+                      sqa[i] == sqb[i] && bb[i] == 8,
+                  "step %d: batch %g x %g tokens (keep: %g x %g)", i + 1,
+                  ba[i], sqa[i], bb[i], sqb[i]);
+            bool seen = false;
+            for (int k = 0; k < i; k++) seen |= sqa[k] == sqa[i];
+            distinct += !seen;
+            CHECK(num(oa[i], "budget_bytes") == budget &&
+                      num(oa[i], "peak_device_bytes") <= budget,
+                  "step %d: peak %.0f, budget %.0f", i + 1,
+                  num(oa[i], "peak_device_bytes"),
+                  num(oa[i], "budget_bytes"));
+        }
+        CHECK(num(sa, "shapes") == distinct && distinct > 1,
+              "summary shapes %g, %d distinct lengths", num(sa, "shapes"),
+              distinct);
+        CHECK(num(sa, "seq_len") == 48 && num(sa, "seq_len_min") == 16 &&
+                  num(sa, "seq_len_max") == 48,
+              "summary lengths");
+        /* the budget is 60% of the largest shape's (48 tokens) peak */
+        CHECK(fabs(budget - 0.6 * num(sa, "baseline_peak_bytes")) <= 1,
+              "budget %.0f is not 60%% of the largest peak %.0f", budget,
+              num(sa, "baseline_peak_bytes"));
+        CHECK(num(sa, "plan_s") > 0 &&
+                  num(sa, "plan_max_s") <= num(sa, "plan_s"),
+              "plan_s %g, plan_max_s %g", num(sa, "plan_s"),
+              num(sa, "plan_max_s"));
+    }
+    for (int i = 0; i < na; i++) cJSON_Delete(oa[i]);
+    for (int i = 0; i < nb; i++) cJSON_Delete(ob[i]);
+}
+
+/* An idx file: big-endian header words, then n data bytes. */
+static void write_idx(const char *path, const uint32_t *hdr, int nh,
+                      const uint8_t *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    for (int i = 0; i < nh; i++) {
+        uint8_t be[4] = {(uint8_t)(hdr[i] >> 24), (uint8_t)(hdr[i] >> 16),
+                         (uint8_t)(hdr[i] >> 8), (uint8_t)hdr[i]};
+        fwrite(be, 1, 4, f);
+    }
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* (b) 10 images in batches of 4: every epoch ends with a batch of 2, which
+ * is trained as its own shape. Seven steps cross two epoch boundaries;
+ * autoswap at 60% of the peak saves the bytes keep saves with no budget;
+ * --drop-last skips the short batches (and so trains something else). */
+static void test_partial_batch_exact(void) {
+    char dir[128], path[192];
+    path_in_tmp(dir, sizeof dir, "tiny-idx");
+    mkdir(dir, 0755);
+    uint8_t pixels[10 * 8 * 8], labels[10];
+    for (int i = 0; i < 10 * 64; i++)
+        pixels[i] = (uint8_t)((i * 37 + (i / 64) * 11) & 0xff);
+    for (int i = 0; i < 10; i++) labels[i] = (uint8_t)(i % 10);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
+    write_idx(path, (const uint32_t[]){0x803, 10, 8, 8}, 4, pixels,
+              sizeof pixels);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", dir);
+    write_idx(path, (const uint32_t[]){0x801, 10}, 2, labels, sizeof labels);
+
+    char a[128], b[128], c[128], ja[128];
+    path_in_tmp(a, sizeof a, "partial_swap.safetensors");
+    path_in_tmp(b, sizeof b, "partial_keep.safetensors");
+    path_in_tmp(c, sizeof c, "partial_drop.safetensors");
+    path_in_tmp(ja, sizeof ja, "partial.jsonl");
+#define TINY "--model", "resnet18", "--width", "4", "--data", dir, "--batch", \
+             "4", "--steps", "7", "--eval-batches", "0"
+    TRAIN(TINY, "--policy", "autoswap", "--budget", "60%", "--save", a,
+          "--json", ja);
+    CHECK(res.status == 0, "autoswap 60%%: status %d: %s", res.status,
+          res.err);
+    CHECK(strstr(res.err, "batch of 2") && strstr(res.out, "2 steps on an "
+                                                            "epoch's shorter"),
+          "the partial batch is not announced: %.300s / %.300s", res.err,
+          res.out);
+    TRAIN(TINY, "--save", b, "--quiet");
+    CHECK(res.status == 0, "keep: status %d: %s", res.status, res.err);
+    CHECK(same_bytes(a, b), "%s and %s differ", a, b);
+    cJSON *o[9];
+    int n = read_json_lines(ja, o, 9);
+    const cJSON *s = n == 8 ? check_log("partial", o, n, 7, false) : NULL;
+    if (s) {
+        double bt[7], sq[7], budget = num(s, "budget_bytes");
+        step_shapes(o, n, bt, sq);
+        const double want[7] = {4, 4, 2, 4, 4, 2, 4};
+        for (int i = 0; i < 7; i++) {
+            CHECK(bt[i] == want[i] && sq[i] == 0, "step %d: batch %g", i + 1,
+                  bt[i]);
+            CHECK(num(o[i], "peak_device_bytes") <= budget,
+                  "step %d: peak %.0f over the budget %.0f", i + 1,
+                  num(o[i], "peak_device_bytes"), budget);
+        }
+        CHECK(num(s, "shapes") == 2 && num(s, "partial_batches") == 2 &&
+                  num(s, "shape_switches") == 4,
+              "shapes %g, partial batches %g, switches %g",
+              num(s, "shapes"), num(s, "partial_batches"),
+              num(s, "shape_switches"));
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(o[i]);
+    TRAIN(TINY, "--drop-last", "--save", c, "--json", ja, "--quiet");
+    CHECK(res.status == 0, "--drop-last: status %d: %s", res.status,
+          res.err);
+    n = read_json_lines(ja, o, 9);
+    s = n == 8 ? check_log("drop-last", o, n, 7, false) : NULL;
+    if (s)
+        CHECK(num(s, "shapes") == 1 && num(s, "partial_batches") == 0,
+              "--drop-last trained %g shapes", num(s, "shapes"));
+    for (int i = 0; i < n; i++) cJSON_Delete(o[i]);
+    CHECK(!same_bytes(b, c), "the partial batches changed nothing");
+#undef TINY
+}
+
 static void test_sim_backend(void) {
     sim_run("resnet50", "64");
     sim_run("gpt2-xl", "1");
@@ -979,6 +1173,8 @@ int main(int argc, char **argv) {
     TEST_RUN(test_fallback_without_fashion_mnist);
     TEST_RUN(test_sim_backend);
     TEST_RUN(test_plan);
+    TEST_RUN(test_seq_len_range_exact);
+    TEST_RUN(test_partial_batch_exact);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

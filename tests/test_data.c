@@ -1149,6 +1149,92 @@ static void test_loader_large_samples(void) {
     delta_dataset_free(ds);
 }
 
+/* delta_loader_next_len: token samples cut to a shorter length, densely;
+ * causal samples are prefixes of the full ones (text and synthetic), masked
+ * samples choose their targets among the kept positions; the full length
+ * is delta_loader_next; images ignore the length. */
+static void test_loader_next_len(void) {
+    const char *p = long_text(4096);
+    delta_text_opts to = {.kind = DELTA_DATA_CAUSAL_LM, .seq_len = 32};
+    delta_synth_opts so = {.kind = DELTA_DATA_CAUSAL_LM, .len = 100,
+                           .seed = 3, .seq_len = 32, .vocab = 50};
+    delta_dataset *src[2] = {delta_dataset_text_new(p, &to, NULL, NULL, 0),
+                             delta_dataset_synthetic_new(&so, NULL, NULL, 0)};
+    for (int d = 0; d < 2; d++) {
+        delta_dataset *ds = src[d];
+        CHECK(ds);
+        if (!ds) continue;
+        delta_loader *full = delta_loader_new(ds, 4, 5, true, false, NULL,
+                                              NULL, 0);
+        delta_loader *cut = delta_loader_new(ds, 4, 5, true, false, NULL,
+                                             NULL, 0);
+        delta_batch a, b;
+        CHECK(delta_batch_alloc(&a, ds, 4) == DELTA_OK &&
+              delta_batch_alloc(&b, ds, 4) == DELTA_OK);
+        const int64_t lens[3] = {7, 32, 1};
+        for (int k = 0; k < 3; k++) {
+            int64_t T = lens[k];
+            delta_loader_next(full, &a);
+            delta_loader_next_len(cut, &b, T);
+            CHECK(a.size == b.size && a.index == b.index);
+            const int32_t *ax = a.input, *bx = b.input;
+            for (int64_t s = 0; s < b.size; s++)
+                CHECK(!memcmp(ax + 32 * s, bx + T * s, (size_t)T * 4) &&
+                          !memcmp(a.target + 32 * s, b.target + T * s,
+                                  (size_t)T * 4),
+                      "source %d, T %lld, row %lld: not a prefix", d,
+                      (long long)T, (long long)s);
+        }
+        delta_batch_release(&a);
+        delta_batch_release(&b);
+        delta_loader_free(full);
+        delta_loader_free(cut);
+        delta_dataset_free(ds);
+    }
+    /* masked LM: round(0.15 T) targets among the T kept positions */
+    delta_text_opts mo = {.kind = DELTA_DATA_MASKED_LM, .seq_len = 40};
+    delta_dataset *ds = delta_dataset_text_new(p, &mo, NULL, NULL, 0);
+    CHECK(ds);
+    if (ds) {
+        delta_loader *l = delta_loader_new(ds, 3, 2, false, false, NULL,
+                                           NULL, 0);
+        delta_batch b;
+        CHECK(delta_batch_alloc(&b, ds, 3) == DELTA_OK);
+        delta_loader_next_len(l, &b, 20);
+        for (int64_t s = 0; s < 3; s++) {
+            int targets = 0;
+            for (int t = 0; t < 20; t++) {
+                targets += b.target[20 * s + t] != DELTA_DATA_IGNORE;
+                CHECK(b.mask[20 * s + t] == 1.0f);
+            }
+            CHECK(targets == 3, "row %lld: %d targets of 20 positions",
+                  (long long)s, targets);
+        }
+        delta_batch_release(&b);
+        delta_loader_free(l);
+        delta_dataset_free(ds);
+    }
+    /* images: the length is ignored */
+    delta_synth_opts io = {.kind = DELTA_DATA_IMAGES, .len = 5, .seed = 1,
+                           .channels = 1, .height = 4, .width = 4,
+                           .classes = 3};
+    ds = delta_dataset_synthetic_new(&io, NULL, NULL, 0);
+    delta_loader *l1 = delta_loader_new(ds, 2, 0, false, false, NULL, NULL, 0),
+                 *l2 = delta_loader_new(ds, 2, 0, false, false, NULL, NULL, 0);
+    delta_batch a, b;
+    CHECK(delta_batch_alloc(&a, ds, 2) == DELTA_OK &&
+          delta_batch_alloc(&b, ds, 2) == DELTA_OK);
+    delta_loader_next(l1, &a);
+    delta_loader_next_len(l2, &b, 0);
+    CHECK(!memcmp(a.input, b.input, 2 * 16 * 4) &&
+          !memcmp(a.target, b.target, 2 * 4));
+    delta_batch_release(&a);
+    delta_batch_release(&b);
+    delta_loader_free(l1);
+    delta_loader_free(l2);
+    delta_dataset_free(ds);
+}
+
 static void test_free_null(void) {
     delta_dataset_free(NULL);
     delta_loader_free(NULL);
@@ -1187,6 +1273,7 @@ int main(void) {
     TEST_RUN(test_loader_resume);
     TEST_RUN(test_loader_masked_lm);
     TEST_RUN(test_loader_large_samples);
+    TEST_RUN(test_loader_next_len);
     TEST_RUN(test_free_null);
     delta_dataset_free(fm_train);
     char cmd[128];

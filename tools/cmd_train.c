@@ -30,6 +30,12 @@ static void usage(FILE *f) {
 "  --layers N --hidden N --heads N --seq-len N --vocab N  (transformers;\n"
 "                       --hidden is the hidden width of mlp too)\n"
 "  --dropout P          transformers (default 0.1); 0 disables it\n"
+"  --seq-len-range A:B  transformers: each step draws its sequence length\n"
+"                       uniformly in [A, B] from (seed, step) and trains on\n"
+"                       the first T tokens of each sample (of B); B may not\n"
+"                       exceed the model's positions (GPT-2 1024, BERT 512);\n"
+"                       not with --seq-len. Each shape's program is built\n"
+"                       once and reused\n"
 "data:\n"
 "  --data SRC           fashion-mnist, synthetic, a directory of\n"
 "                       Fashion-MNIST idx files (image models) or a text\n"
@@ -41,7 +47,10 @@ static void usage(FILE *f) {
 "                       (257 for BERT, with its [MASK]).\n"
 "                       fashion-mnist is read from " DELTA_FASHION_MNIST_DIR "\n"
 "                       or $DELTA_FASHION_MNIST_DIR\n"
-"  --batch N            samples per step (default 64 images, 8 sequences)\n"
+"  --batch N            samples per step (default 64 images, 8 sequences).\n"
+"                       An epoch's last batch holds what is left, and is\n"
+"                       trained as its own, shorter shape\n"
+"  --drop-last          skip an epoch's last, partial batch instead\n"
 "  --steps N            training steps (default 100; 0 only loads/saves)\n"
 "  --seed N             initialization, dropout and data order (default 0)\n"
 "  --no-shuffle         visit the data in file order\n"
@@ -85,6 +94,11 @@ static void usage(FILE *f) {
 "  -h, --help           this help\n"
 "  --version            the version and the build's features\n"
 "\n"
+"changing shapes: an epoch's partial last batch and --seq-len-range give\n"
+"steps of other shapes. Each shape's program is built once; the budget is\n"
+"one figure for the whole run: --budget N%% is of the largest shape's peak\n"
+"(--batch at the longest length), and no step of any shape exceeds it.\n"
+"\n"
 "exit status: 0 done, 2 bad usage or input, 3 budget too small (below the\n"
 "minimum, or the policy cannot fit an op in it), 1 any other failure\n");
 }
@@ -108,6 +122,7 @@ enum {
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE, OPT_THREADS, OPT_SAVE,
     OPT_LOAD, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_BACKEND, OPT_GPU,
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
+    OPT_SEQ_LEN_RANGE, OPT_DROP_LAST,
 };
 
 static const struct option long_opts[] = {
@@ -145,6 +160,8 @@ static const struct option long_opts[] = {
     {"link-bw", required_argument, NULL, OPT_LINK_BW},
     {"trace", required_argument, NULL, OPT_TRACE},
     {"eval-batches", required_argument, NULL, OPT_EVAL_BATCHES},
+    {"seq-len-range", required_argument, NULL, OPT_SEQ_LEN_RANGE},
+    {"drop-last", no_argument, NULL, OPT_DROP_LAST},
     {NULL, 0, NULL, 0},
 };
 
@@ -325,6 +342,29 @@ static int parse_args(int argc, char **argv, train_config *c) {
                            sizeof err))
                 return usage_error("%s", err);
             break;
+        case OPT_SEQ_LEN_RANGE: {
+            /* A:B, whole numbers, 1 <= A <= B */
+            char lo[64], hi[64];
+            const char *colon = strchr(a, ':');
+            if (!colon || (size_t)(colon - a) >= sizeof lo ||
+                strlen(colon + 1) >= sizeof hi)
+                return usage_error("%s: expected A:B (two lengths, e.g. "
+                                   "16:128), got '%s'", opt, a);
+            snprintf(lo, sizeof lo, "%.*s", (int)(colon - a), a);
+            snprintf(hi, sizeof hi, "%s", colon + 1);
+            if (!parse_i64(opt, lo, 1, MAX_DIM, &c->seq_len_min, err,
+                           sizeof err) ||
+                !parse_i64(opt, hi, 1, MAX_DIM, &c->seq_len_max, err,
+                           sizeof err))
+                return usage_error("%s (in A:B, each length at least 1)",
+                                   err);
+            if (c->seq_len_min > c->seq_len_max)
+                return usage_error("%s %s: A %" PRId64 " is above B %" PRId64
+                                   "; give the shortest length first", opt,
+                                   a, c->seq_len_min, c->seq_len_max);
+            break;
+        }
+        case OPT_DROP_LAST: c->drop_last = true; break;
         default:
             return usage_error("unexpected option '%s'",
                                prev < argc ? argv[prev] : "?");
@@ -344,6 +384,9 @@ static int parse_args(int argc, char **argv, train_config *c) {
         return usage_error("--gpu picks a simulated GPU; it needs --backend "
                            "sim");
     if (gpu_set) c->backend = TRAIN_BACKEND_SIM;
+    if (c->seq_len_max && c->model.seq_len)
+        return usage_error("--seq-len-range and --seq-len both set the "
+                           "sequence length; give one of them");
     if (c->link_set && c->backend == TRAIN_BACKEND_SIM)
         return usage_error("--link-bw sets the cpu backend's link; a "
                            "simulated GPU has its preset's link");

@@ -56,7 +56,8 @@ void json_add_number_or_null(cJSON *obj, const char *key, double v) {
 }
 
 bool json_log_step(json_log *l, int64_t step, double loss,
-                   const delta_step_stats *st, bool budget_limited) {
+                   const delta_step_stats *st, bool budget_limited,
+                   int64_t batch, int64_t seq_len) {
     if (!l) return true;
     cJSON *o = cJSON_CreateObject();
     if (!o) return false;
@@ -85,6 +86,8 @@ bool json_log_step(json_log *l, int64_t step, double loss,
         cJSON_AddNumberToObject(o, "budget_bytes", (double)st->budget_bytes);
     else
         cJSON_AddNullToObject(o, "budget_bytes");
+    cJSON_AddNumberToObject(o, "batch", (double)batch);
+    if (seq_len) cJSON_AddNumberToObject(o, "seq_len", (double)seq_len);
     bool ok = json_log_write(l, o);
     cJSON_Delete(o);
     return ok;

@@ -4,7 +4,9 @@
  * "swap_ins", "drops", "recomputed_ops", "recompute_s", "stall_s",
  * "defrag_moves", "defrag_bytes", "baseline_peak_bytes",
  * "min_budget_bytes", "budget_bytes"}, the session's figures of that step
- * (delta_step_stats); the run ends with {"summary": {...}}. A loss that is
+ * (delta_step_stats; the dry-plan figures are of that step's shape), and
+ * its shape {"batch", "seq_len" (language models only)}; the run ends with
+ * {"summary": {...}}. A loss that is
  * not meaningful (sim) or not finite is written as null, and so is an
  * unlimited budget. The file is flushed, fsync'd and closed by
  * json_log_close, which reports any write error. */
@@ -28,9 +30,11 @@ json_log *json_log_open(const char *path, char *err, size_t err_len);
 bool json_log_write(json_log *l, const cJSON *obj);
 
 /* One step's line. loss NAN gives null; budget_limited false writes
- * budget_bytes as null (the arena was sized to fit, nobody chose it). */
+ * budget_bytes as null (the arena was sized to fit, nobody chose it).
+ * batch and seq_len: the step's shape (seq_len 0: not written). */
 bool json_log_step(json_log *l, int64_t step, double loss,
-                   const delta_step_stats *st, bool budget_limited);
+                   const delta_step_stats *st, bool budget_limited,
+                   int64_t batch, int64_t seq_len);
 
 /* Adds a number, or null when v is not finite, to obj under key. */
 void json_add_number_or_null(cJSON *obj, const char *key, double v);

@@ -189,6 +189,18 @@ static delta_status setup_token_data(trainer *t, bool masked) {
     char sub[512];
     delta_status st = delta_model_resolve(mc, &r, sub, sizeof sub);
     if (st != DELTA_OK) return fail(t, st, "%s", sub);
+    if (c->seq_len_max) {
+        /* Every shape shares one position table, which must cover the
+         * longest length: the model's own (no --seq-len to raise it). */
+        if (c->seq_len_max > r.positions)
+            return fail(t, DELTA_ERR_INVALID_ARG, "--seq-len-range %" PRId64
+                        ":%" PRId64 ": %" PRId64 " is above the %" PRId64
+                        " positions of %s's position table; use lengths "
+                        "up to %" PRId64, c->seq_len_min, c->seq_len_max,
+                        c->seq_len_max, r.positions, mc->name, r.positions);
+        mc->seq_len = r.seq_len = c->seq_len_max;
+        mc->positions = r.positions;
+    }
     if (!d || !strcmp(d, "synthetic")) return open_synthetic(t, &r, kind);
 
     /* A text file: byte tokens; the model takes the data's vocab (256, or
@@ -256,26 +268,50 @@ static delta_status write_constants(trainer *t) {
     return st;
 }
 
+/* "48 tokens": the main shape's length. */
+static const char *seq_max_str(const trainer *t, char *buf, size_t n) {
+    snprintf(buf, n, "%" PRId64 " tokens", t->shapes[0].seq_len);
+    return buf;
+}
+
+/* "16.." of "16..48" (the caller prints the 48). */
+static const char *seq_range_str(const train_config *c, char *buf,
+                                 size_t n) {
+    snprintf(buf, n, "%" PRId64 "..", c->seq_len_min);
+    return buf;
+}
+
 /* Whether the run ends with a test-set evaluation. */
 static bool will_evaluate(const trainer *t) {
     return t->image && t->fmnist_dir && !t->sim && t->cfg.eval_batches != 0;
 }
 
-static delta_status build_program(trainer *t) {
+/* Builds the step program (model, backward, optimizer) of shape (batch,
+ * seq_len; 0 keeps the configured length) into *sh. */
+static delta_status build_shape(trainer *t, int64_t batch, int64_t seq_len,
+                                train_shape *sh) {
     train_config *c = &t->cfg;
-    t->ctx = delta_ctx_new();
-    if (!t->ctx) return fail(t, DELTA_ERR_NOMEM, "out of memory");
-    delta_ctx_set_seed(t->ctx, c->seed);
-    delta_status st = delta_model_build(t->ctx, &c->model, &t->model);
-    if (st != DELTA_OK) return fail(t, st, "%s", t->model.error);
-    t->n_model_tensors = delta_ctx_n_tensors(t->ctx);
-    st = delta_backward(t->ctx, t->model.loss);
+    memset(sh, 0, sizeof *sh);
+    delta_model_config mc = c->model;
+    mc.batch = batch;
+    if (seq_len) mc.seq_len = seq_len;
+    sh->batch = batch;
+    sh->seq_len = t->image ? 0 : seq_len;
+    sh->ctx = delta_ctx_new();
+    if (!sh->ctx) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    delta_ctx_set_seed(sh->ctx, c->seed);
+    delta_status st = delta_model_build(sh->ctx, &mc, &sh->model);
+    if (st != DELTA_OK) return fail(t, st, "%s", sh->model.error);
+    if (!t->image) sh->seq_len = sh->model.cfg.seq_len;
+    sh->n_model_tensors = delta_ctx_n_tensors(sh->ctx);
+    delta_ctx *ctx = sh->ctx;
+    st = delta_backward(ctx, sh->model.loss);
     if (st == DELTA_OK) {
         bool sgd = c->optimizer == TRAIN_OPT_SGD;
         t->optimizer_name = sgd ? "sgd" : "adamw";
         if (sgd) {
             t->lr = c->lr >= 0 ? c->lr : DEFAULT_SGD_LR;
-            st = delta_optimizer_sgd(t->ctx, (delta_sgd_opts){
+            st = delta_optimizer_sgd(ctx, (delta_sgd_opts){
                 .lr = (float)t->lr,
                 .momentum = (float)(c->momentum >= 0 ? c->momentum
                                                      : DEFAULT_SGD_MOMENTUM),
@@ -284,7 +320,7 @@ static delta_status build_program(trainer *t) {
                                             : DEFAULT_SGD_WEIGHT_DECAY)});
         } else {
             t->lr = c->lr >= 0 ? c->lr : DEFAULT_ADAMW_LR;
-            st = delta_optimizer_adamw(t->ctx, (delta_adamw_opts){
+            st = delta_optimizer_adamw(ctx, (delta_adamw_opts){
                 .lr = (float)t->lr,
                 .beta1 = (float)(c->momentum >= 0 ? c->momentum : 0.9),
                 .beta2 = 0.999f,
@@ -296,11 +332,86 @@ static delta_status build_program(trainer *t) {
     }
     if (st != DELTA_OK)
         return fail(t, st, "building the step of %s: %s", c->model.name,
-                    delta_ctx_error(t->ctx));
-    char sub[512];
-    st = delta_dry_plan_build(t->ctx, &t->plan, sub, sizeof sub);
-    if (st != DELTA_OK) return fail(t, st, "planning the step: %s", sub);
+                    delta_ctx_error(ctx));
+    /* What a session change carries over: parameters and state
+     * (optimizer moments, running stats). Constants are a function of the
+     * shape and are written afresh (write_constants). */
+    int nt = delta_ctx_n_tensors(ctx);
+    sh->persist = malloc(sizeof *sh->persist * (size_t)(nt ? nt : 1));
+    if (!sh->persist) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        delta_tensor *x = delta_ctx_tensor(ctx, i);
+        delta_tensor_kind k = delta_tensor_kind_of(x);
+        if (k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE)
+            sh->persist[sh->n_persist++] = x;
+    }
     return DELTA_OK;
+}
+
+static void shape_free(train_shape *sh) {
+    delta_ctx_free(sh->ctx);
+    free(sh->persist);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* "batch 64" or "batch 8 x 37 tokens", for messages. */
+static const char *shape_str(const trainer *t, const train_shape *sh,
+                             char *buf, size_t n) {
+    if (t->image)
+        snprintf(buf, n, "batch %" PRId64, sh->batch);
+    else
+        snprintf(buf, n, "batch %" PRId64 " x %" PRId64 " tokens", sh->batch,
+                 sh->seq_len);
+    return buf;
+}
+
+/* The shape (batch, seq_len)'s index in t->shapes, building its program
+ * the first time; -1 on failure (t->err says why, t->shape_st the
+ * status). A new program must carry the same parameters and state as the
+ * main one. */
+static int shape_index(trainer *t, int64_t batch, int64_t seq_len) {
+    t->shape_st = DELTA_OK;
+    if (t->image) seq_len = 0;
+    for (int i = 0; i < t->n_shapes; i++)
+        if (t->shapes[i].batch == batch && t->shapes[i].seq_len == seq_len)
+            return i;
+    if (t->n_shapes == t->cap_shapes) {
+        int cap = t->cap_shapes ? 2 * t->cap_shapes : 4;
+        train_shape *ns = realloc(t->shapes, sizeof *ns * (size_t)cap);
+        if (!ns) {
+            t->shape_st = fail(t, DELTA_ERR_NOMEM, "out of memory");
+            return -1;
+        }
+        t->shapes = ns;
+        t->cap_shapes = cap;
+    }
+    train_shape *sh = &t->shapes[t->n_shapes];
+    delta_status st = build_shape(t, batch, seq_len, sh);
+    if (st != DELTA_OK) {
+        t->shape_st = st;
+        shape_free(sh);
+        return -1;
+    }
+    t->n_shapes++;
+    if (t->n_shapes == 1) return 0;
+    const train_shape *m = &t->shapes[0];
+    bool same = sh->n_persist == m->n_persist;
+    for (int k = 0; same && k < m->n_persist; k++)
+        same = !strcmp(delta_tensor_name(sh->persist[k]),
+                       delta_tensor_name(m->persist[k])) &&
+               delta_tensor_bytes(sh->persist[k]) ==
+                   delta_tensor_bytes(m->persist[k]);
+    if (!same) {
+        char a[64], b[64];
+        t->shape_st = fail(t, DELTA_ERR_STATE, "the programs of %s and %s "
+             "differ in their "
+             "parameters or state, so training cannot move between them",
+             shape_str(t, m, a, sizeof a), shape_str(t, sh, b, sizeof b));
+        shape_free(sh);
+        t->n_shapes--;
+        return -1;
+    }
+    return t->n_shapes - 1;
 }
 
 static delta_status setup_backend(trainer *t) {
@@ -359,22 +470,108 @@ static delta_status setup_backend(trainer *t) {
         info(t, "budget: unlimited; dry plan: peak %s",
              delta_format_bytes((double)t->plan.peak_bytes, b1, sizeof b1));
 
-    delta_tensor *outputs[1] = {t->model.logits};
+    t->plans = delta_plan_cache_new();
+    if (!t->plans) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    return DELTA_OK;
+}
+
+/* Adds the seconds one shape took to get ready (its program built, the
+ * first time, and its session created) to the run's planning time. */
+static void note_plan(trainer *t, double s) {
+    t->result.plan_s += s;
+    if (s > t->result.plan_max_s) t->result.plan_max_s = s;
+}
+
+/* Creates the session of shape i (none may be alive: the backend holds one
+ * arena) and makes shape i the current program. */
+static delta_status open_session(trainer *t, int i) {
+    DELTA_ASSERT(!t->session);
+    train_shape *sh = &t->shapes[i];
+    delta_tensor *outputs[1] = {sh->model.logits};
     delta_session_opts so = {
         .backend = t->backend,
         .budget_bytes = t->budget_bytes,
-        .policy = c->policy,
+        .policy = t->cfg.policy,
         .outputs = outputs,
         .n_outputs = will_evaluate(t) ? 1 : 0,
         .trace = t->trace,
+        .plans = t->plans,
     };
     delta_status st;
-    t->session = delta_session_new(t->ctx, &so, &st, sub, sizeof sub);
+    char sub[512], sh_str[64];
+    t->session = delta_session_new(sh->ctx, &so, &st, sub, sizeof sub);
     if (!t->session) {
         if (st == DELTA_OK) st = DELTA_ERR_STATE;
-        return fail(t, st, "%s", sub);
+        if (i == 0) return fail(t, st, "%s", sub);
+        return fail(t, st, "%s: %s", shape_str(t, sh, sh_str, sizeof sh_str),
+                    sub);
     }
+    t->cur = i;
+    t->ctx = sh->ctx;
+    t->model = sh->model;
+    t->n_model_tensors = sh->n_model_tensors;
     return DELTA_OK;
+}
+
+/* Makes shape (batch, seq_len) the session's, switching sessions when it
+ * is not: parameters and state go through host buffers, the step counter
+ * goes on, the constants are written for the new shape. */
+static delta_status use_shape(trainer *t, int64_t batch, int64_t seq_len) {
+    if (t->image) seq_len = 0;
+    const train_shape *cur = &t->shapes[t->cur];
+    if (t->session && cur->batch == batch && cur->seq_len == seq_len)
+        return DELTA_OK;
+    double t0 = progress_now();
+    int i = shape_index(t, batch, seq_len);
+    double build_s = progress_now() - t0;
+    if (i < 0) return t->shape_st;
+    train_shape *from = &t->shapes[t->cur], *to = &t->shapes[i];
+    /* sim computes no values: nothing to carry */
+    bool carry = !t->sim;
+    int n = from->n_persist;
+    t0 = progress_now();
+    if (carry && !t->persist_buf) {
+        t->persist_buf = calloc((size_t)(n ? n : 1), sizeof *t->persist_buf);
+        if (!t->persist_buf) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < n; k++) {
+            size_t bytes = delta_tensor_bytes(from->persist[k]);
+            t->persist_buf[k] = malloc(bytes ? bytes : 1);
+            if (!t->persist_buf[k])
+                return fail(t, DELTA_ERR_NOMEM, "out of memory for a host "
+                            "copy of '%s'",
+                            delta_tensor_name(from->persist[k]));
+        }
+    }
+    delta_status st = DELTA_OK;
+    for (int k = 0; carry && k < n; k++) {
+        const delta_tensor *x = from->persist[k];
+        st = delta_session_read(t->session, x, t->persist_buf[k],
+                                delta_tensor_bytes(x));
+        if (st != DELTA_OK)
+            return fail(t, st, "reading '%s' to change shapes: %s",
+                        delta_tensor_name(x), delta_session_error(t->session));
+    }
+    int64_t step = delta_session_step(t->session);
+    t->result.switch_s += progress_now() - t0;
+    delta_session_free(t->session);
+    t->session = NULL;
+    t0 = progress_now();
+    st = open_session(t, i);
+    note_plan(t, build_s + progress_now() - t0);
+    if (st != DELTA_OK) return st;
+    t0 = progress_now();
+    delta_session_set_step(t->session, step);
+    for (int k = 0; carry && k < n; k++) {
+        const delta_tensor *x = to->persist[k];
+        st = delta_session_write(t->session, x, t->persist_buf[k],
+                                 delta_tensor_bytes(x));
+        if (st != DELTA_OK)
+            return fail(t, st, "writing '%s' to change shapes: %s",
+                        delta_tensor_name(x), delta_session_error(t->session));
+    }
+    st = write_constants(t);
+    t->result.switch_s += progress_now() - t0;
+    return st;
 }
 
 delta_status trainer_setup(trainer *t, const train_config *cfg) {
@@ -418,6 +615,10 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     t->image = pr.image_size > 0;
     /* BERT is the one masked language model. */
     bool masked = !t->image && strncmp(pr.name, "bert", 4) == 0;
+    if (t->image && c->seq_len_max)
+        return fail(t, DELTA_ERR_INVALID_ARG, "--seq-len-range draws a "
+                    "sequence length per step for the transformers (gpt2-*, "
+                    "bert-*); %s is an image model", pr.name);
     if (!c->model.batch)
         c->model.batch = t->image ? DEFAULT_BATCH_IMAGES
                                   : DEFAULT_BATCH_TOKENS;
@@ -433,8 +634,16 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     else
         info(t, "data: none (simulated)");
 
-    st = build_program(t);
-    if (st != DELTA_OK) return st;
+    /* The main shape: the configured batch at the longest length. */
+    double t0 = progress_now();
+    if (shape_index(t, c->model.batch, c->model.seq_len) < 0)
+        return t->shape_st;
+    t->ctx = t->shapes[0].ctx;
+    t->model = t->shapes[0].model;
+    t->n_model_tensors = t->shapes[0].n_model_tensors;
+    st = delta_dry_plan_build(t->ctx, &t->plan, sub, sizeof sub);
+    double main_s = progress_now() - t0;
+    if (st != DELTA_OK) return fail(t, st, "planning the step: %s", sub);
     const delta_model_config *m = &t->model.cfg;
     if (t->image)
         info(t, "model: %s, %.2fM parameters, batch %" PRId64 ", %" PRId64
@@ -443,10 +652,12 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
              m->image_size, m->image_size, m->classes, t->optimizer_name,
              t->lr);
     else
-        info(t, "model: %s, %.2fM parameters, batch %" PRId64 " x %" PRId64
+        info(t, "model: %s, %.2fM parameters, batch %" PRId64 " x %s%" PRId64
              " tokens, vocab %" PRId64 ", dropout %g; %s lr %g", m->name,
-             (double)t->model.n_params / 1e6, m->batch, m->seq_len, m->vocab,
-             (double)m->dropout, t->optimizer_name, t->lr);
+             (double)t->model.n_params / 1e6, m->batch,
+             c->seq_len_max ? seq_range_str(c, sub, sizeof sub) : "",
+             m->seq_len, m->vocab, (double)m->dropout, t->optimizer_name,
+             t->lr);
 
     if (c->json) {
         t->json = json_log_open(c->json, sub, sizeof sub);
@@ -462,6 +673,10 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     }
     st = setup_backend(t);
     if (st != DELTA_OK) return st;
+    t0 = progress_now();
+    st = open_session(t, 0);
+    note_plan(t, main_s + progress_now() - t0);
+    if (st != DELTA_OK) return st;
     st = write_constants(t);
     if (st != DELTA_OK) return st;
     if (c->load) {
@@ -474,7 +689,7 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     }
     if (t->data && !t->sim) {
         t->loader = delta_loader_new(t->data, m->batch, c->seed,
-                                     !c->no_shuffle, true, &st, sub,
+                                     !c->no_shuffle, c->drop_last, &st, sub,
                                      sizeof sub);
         if (!t->loader) return fail(t, st, "%s", sub);
         if (delta_batch_alloc(&t->batch, t->data, m->batch) != DELTA_OK)
@@ -484,7 +699,21 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
                      (size_t)(m->batch * in.input_numel) * 4);
         DELTA_ASSERT(delta_tensor_bytes(t->model.target) ==
                      (size_t)(m->batch * in.target_numel) * 4);
+        int64_t rest = in.len % m->batch;
+        if (rest && !c->drop_last)
+            info(t, "each epoch ends with a batch of %" PRId64 " (%" PRId64
+                 " samples are not a multiple of %" PRId64 "): trained as "
+                 "its own shape (--drop-last skips it)", rest, in.len,
+                 m->batch);
     }
+    if (c->seq_len_max || (t->loader && !c->drop_last &&
+                           delta_dataset_len(t->data) % m->batch))
+        info(t, "shapes change during the run: each shape's program is "
+             "built once and reused%s "
+             "(batch %" PRId64 "%s%s)", t->budget_bytes ? "; the budget is "
+             "one figure, set against the largest shape" : "; the largest "
+             "shape", m->batch, t->image ? "" : " x ",
+             t->image ? "" : seq_max_str(t, sub, sizeof sub));
     return DELTA_OK;
 }
 
@@ -535,12 +764,40 @@ static delta_status write_batch(trainer *t) {
     return DELTA_OK;
 }
 
+/* Sequence length of the step with session step counter `step`: uniform
+ * in [seq_len_min, seq_len_max] from (seed, step) with --seq-len-range,
+ * else the main shape's. */
+#define SEQ_SALT 0x7365716c656e67ULL
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static int64_t step_seq_len(const trainer *t, int64_t step) {
+    const train_config *c = &t->cfg;
+    if (t->image) return 0;
+    if (!c->seq_len_max) return t->shapes[0].seq_len;
+    uint64_t r = mix64(mix64(c->seed ^ SEQ_SALT) ^
+                       ((uint64_t)step * 0x9e3779b97f4a7c15ULL));
+    uint64_t span = (uint64_t)(c->seq_len_max - c->seq_len_min + 1);
+    return c->seq_len_min +
+           (int64_t)(((unsigned __int128)r * span) >> 64);
+}
+
 delta_status trainer_train(trainer *t) {
     const train_config *c = &t->cfg;
-    const delta_model_config *m = &t->model.cfg;
+    /* a copy: shapes[] grows (and moves) as new shapes come */
+    const delta_model_config main_cfg = t->shapes[0].model.cfg,
+                             *m = &main_cfg;
     int64_t steps = c->steps;
     double *times = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *times);
-    if (!times) return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    double *step_units = malloc((size_t)(steps > 0 ? steps : 1) *
+                                sizeof *step_units);
+    if (!times || !step_units) {
+        free(times);
+        free(step_units);
+        return fail(t, DELTA_ERR_NOMEM, "out of memory");
+    }
     double units = t->image ? (double)m->batch
                             : (double)(m->batch * m->seq_len);
     progress p;
@@ -549,13 +806,31 @@ delta_status trainer_train(trainer *t) {
                   t->budget_bytes);
     train_result *r = &t->result;
     delta_status st = DELTA_OK;
+    bool one_shape = true;
     double t0 = progress_now();
     for (int64_t i = 0; i < steps; i++) {
+        int64_t T = step_seq_len(t, delta_session_step(t->session));
+        int64_t n = m->batch;
         if (t->loader) {
-            delta_loader_next(t->loader, &t->batch);
+            delta_loader_next_len(t->loader, &t->batch, T);
+            n = t->batch.size;
+        }
+        int before = t->cur;
+        st = use_shape(t, n, T);
+        if (st != DELTA_OK) break;
+        if (t->cur != before) r->switches++;
+        if (t->loader) {
             st = write_batch(t);
             if (st != DELTA_OK) break;
         }
+        if (!t->shapes[t->cur].trained) {
+            t->shapes[t->cur].trained = true;
+            r->shapes++;
+        }
+        r->partial_batches += n < m->batch;
+        step_units[i] = t->image ? (double)n : (double)(n * T);
+        one_shape &= step_units[i] == units;
+        p.units_per_step = step_units[i];
         delta_step_stats s = {0};
         st = delta_session_run(t->session, DELTA_RUN_STEP, &s);
         if (st != DELTA_OK) {
@@ -579,7 +854,7 @@ delta_status trainer_train(trainer *t) {
         r->final_loss = loss;
         add_step(r, &s);
         progress_step(&p, i + 1, loss, &s);
-        json_log_step(t->json, i + 1, loss, &s, t->budget_bytes != 0);
+        json_log_step(t->json, i + 1, loss, &s, t->budget_bytes != 0, n, T);
         if (!t->sim && !isfinite(loss)) {
             st = fail(t, DELTA_ERR_STATE, "the loss is %g at step %" PRId64
                       ": training diverged; try a lower --lr (now %g)", loss,
@@ -589,9 +864,18 @@ delta_status trainer_train(trainer *t) {
     }
     progress_finish(&p);
     r->train_s = progress_now() - t0;
+    /* One shape: per the median step (robust to a slow first step); with
+     * changing shapes, the median of the steps' own rates. */
+    for (int64_t i = 0; i < r->steps_done && !one_shape; i++)
+        step_units[i] = times[i] > 0 ? step_units[i] / times[i] : 0;
+    double rate = one_shape ? 0 : median(step_units, r->steps_done);
     r->median_step_s = median(times, r->steps_done);
-    r->units_per_s = r->median_step_s > 0 ? units / r->median_step_s : 0;
+    if (one_shape)
+        r->units_per_s = r->median_step_s > 0 ? units / r->median_step_s : 0;
+    else
+        r->units_per_s = rate;
     free(times);
+    free(step_units);
     return st;
 }
 
@@ -599,8 +883,10 @@ delta_status trainer_train(trainer *t) {
 
 delta_status trainer_evaluate(trainer *t) {
     if (!will_evaluate(t)) return DELTA_OK;
+    /* At the main shape (training may have ended on a shorter batch). */
+    delta_status st = use_shape(t, t->shapes[0].batch, t->shapes[0].seq_len);
+    if (st != DELTA_OK) return st;
     const delta_model_config *m = &t->model.cfg;
-    delta_status st;
     char sub[512];
     delta_dataset *test = delta_dataset_fashion_mnist_new(
         t->fmnist_dir, DELTA_SPLIT_TEST, &st, sub, sizeof sub);
@@ -679,9 +965,12 @@ done:
 delta_status trainer_save(trainer *t) {
     if (!t->cfg.save) return DELTA_OK;
     int64_t step = t->start_step + t->result.steps_done;
+    /* The current session's tensors (the same at every shape) under the
+     * main shape's config (its seq_len, the longest, goes in the
+     * metadata). */
     delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
-                                      t->n_model_tensors, &t->model, step,
-                                      t->err, sizeof t->err);
+                                      t->n_model_tensors, &t->shapes[0].model,
+                                      step, t->err, sizeof t->err);
     if (st == DELTA_OK) info(t, "saved %s", t->cfg.save);
     return st;
 }
@@ -720,10 +1009,27 @@ static void add_policy_totals(cJSON *s, const train_result *r) {
     cJSON_AddNumberToObject(s, "defrag_bytes", (double)r->defrag_bytes);
 }
 
+/* Shapes and what planning them cost, in words, on stdout. */
+static void print_shapes(const trainer *t) {
+    const train_result *r = &t->result;
+    printf("shapes: %" PRId64 " trained", r->shapes);
+    if (r->partial_batches)
+        printf(" (%" PRId64 " step%s on an epoch's shorter last batch)",
+               r->partial_batches, r->partial_batches == 1 ? "" : "s");
+    printf("; planning %.3f s (programs, dry plans and sessions of %d "
+           "shape%s; the longest %.3f s)", r->plan_s, t->n_shapes,
+           t->n_shapes == 1 ? "" : "s", r->plan_max_s);
+    if (r->switches)
+        printf("; %" PRId64 " session change%s, %.3f s moving parameters "
+               "and state", r->switches, r->switches == 1 ? "" : "s",
+               r->switch_s);
+    printf("\n");
+}
+
 delta_status trainer_report(trainer *t) {
     const train_config *c = &t->cfg;
     const train_result *r = &t->result;
-    const delta_model_config *m = &t->model.cfg;
+    const delta_model_config *m = &t->shapes[0].model.cfg;
     char peak[32], budget[32], line[512];
     delta_format_bytes((double)r->peak_device_bytes, peak, sizeof peak);
     if (t->budget_bytes)
@@ -753,6 +1059,7 @@ delta_status trainer_report(trainer *t) {
                  r->test_accuracy);
     printf("%s\n", line);
     if (!c->quiet) print_policy_totals(t);
+    if (!c->quiet) print_shapes(t);
     if (r->evaluated && !c->quiet)
         printf("test accuracy: %.4f (%" PRId64 " test images, loss %.4f)\n",
                r->test_accuracy, r->test_samples, r->test_loss);
@@ -784,6 +1091,22 @@ delta_status trainer_report(trainer *t) {
     cJSON_AddNumberToObject(s, "min_budget_bytes",
                             (double)t->plan.min_budget_bytes);
     add_policy_totals(s, r);
+    cJSON_AddNumberToObject(s, "plan_s", r->plan_s);
+    cJSON_AddNumberToObject(s, "plan_max_s", r->plan_max_s);
+    cJSON_AddNumberToObject(s, "shapes", (double)r->shapes);
+    cJSON_AddNumberToObject(s, "programs", (double)t->n_shapes);
+    cJSON_AddNumberToObject(s, "shape_switches", (double)r->switches);
+    cJSON_AddNumberToObject(s, "switch_s", r->switch_s);
+    cJSON_AddNumberToObject(s, "partial_batches", (double)r->partial_batches);
+    if (!t->image) {
+        cJSON_AddNumberToObject(s, "seq_len", (double)m->seq_len);
+        if (c->seq_len_max) {
+            cJSON_AddNumberToObject(s, "seq_len_min",
+                                    (double)c->seq_len_min);
+            cJSON_AddNumberToObject(s, "seq_len_max",
+                                    (double)c->seq_len_max);
+        }
+    }
     cJSON_AddNumberToObject(s, "median_step_s", r->median_step_s);
     json_add_number_or_null(s, "final_loss", r->final_loss);
     cJSON_AddNumberToObject(s, t->image ? "samples_per_s" : "tokens_per_s",
@@ -837,10 +1160,16 @@ void trainer_free(trainer *t) {
         t->trace = NULL;
     }
     delta_backend_free(t->backend);
+    delta_plan_cache_free(t->plans);
     delta_batch_release(&t->batch);
     delta_loader_free(t->loader);
     delta_dataset_free(t->data);
-    delta_ctx_free(t->ctx);
+    if (t->persist_buf && t->n_shapes)
+        for (int k = 0; k < t->shapes[0].n_persist; k++)
+            free(t->persist_buf[k]);
+    free(t->persist_buf);
+    for (int i = 0; i < t->n_shapes; i++) shape_free(&t->shapes[i]);
+    free(t->shapes);
     memset(t, 0, sizeof *t);
 }
 

@@ -8,7 +8,20 @@
  *
  * Every phase returns a delta_status and writes a message into the
  * trainer's err; trainer_exit_code maps a status to the tool's exit
- * status (0 ok, 2 bad usage or input, 3 infeasible budget, 1 other). */
+ * status (0 ok, 2 bad usage or input, 3 infeasible budget, 1 other).
+ *
+ * Changing shapes. A step program is static per shape (batch, sequence
+ * length). The run's main shape is the configured batch at the longest
+ * sequence length; a step whose shape differs (an epoch's last, shorter
+ * batch; a length drawn by --seq-len-range) runs the program of its shape,
+ * built once and kept (shapes[]). Switching reads every parameter and
+ * state tensor out of the current session into host buffers, frees it,
+ * creates the session of the new program on the same backend with the
+ * same budget, policy, trace and plan cache, writes them back and
+ * continues the step counter, so the run is the same as one long session
+ * would have been. The budget is one number of bytes for the whole run:
+ * --budget N% is a percentage of the main (largest) shape's unconstrained
+ * peak. */
 #ifndef DELTA_TOOLS_TRAINER_H
 #define DELTA_TOOLS_TRAINER_H
 
@@ -67,6 +80,10 @@ typedef struct train_config {
     double link_gbps;                   /* cpu link; used when link_set */
     bool link_set;
     bool plan_only;                     /* stop after the dry plan */
+    /* --seq-len-range A:B (transformers): each step draws its sequence
+     * length uniformly in [A, B] from (seed, step); 0: one length */
+    int64_t seq_len_min, seq_len_max;
+    bool drop_last;                     /* skip an epoch's partial batch */
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */
@@ -84,7 +101,28 @@ typedef struct train_result {
     bool evaluated;
     double test_accuracy, test_loss;
     int64_t test_samples;
+    /* Changing shapes: */
+    double plan_s;              /* building programs, dry plans, creating
+                                   sessions (setup's included) */
+    double plan_max_s;          /* the longest of those for one shape */
+    double switch_s;            /* moving parameters and state between
+                                   sessions */
+    int64_t shapes;             /* distinct shapes trained */
+    int64_t switches;           /* session changes during training */
+    int64_t partial_batches;    /* steps on an epoch's shorter last batch */
 } train_result;
+
+/* The step program of one shape, built once per run. */
+typedef struct train_shape {
+    int64_t batch, seq_len;     /* seq_len: 0 for image models */
+    delta_ctx *ctx;
+    delta_model model;
+    int n_model_tensors;
+    delta_tensor **persist;     /* PARAM and STATE tensors in id order (the
+                                   same names and sizes at every shape) */
+    int n_persist;
+    bool trained;               /* a step ran at this shape */
+} train_shape;
 
 typedef struct trainer {
     train_config cfg;           /* with defaults filled in */
@@ -95,10 +133,19 @@ typedef struct trainer {
     delta_dataset *data;        /* NULL on sim */
     delta_loader *loader;
     delta_batch batch;
+    /* Programs by shape; shapes[0] is the main one (the configured batch,
+     * the longest sequence), whose dry plan is `plan`. */
+    train_shape *shapes;
+    int n_shapes, cap_shapes;
+    int cur;                    /* shape of the session */
+    delta_status shape_st;      /* why shape_index failed */
+    void **persist_buf;         /* host copies while switching sessions */
+    delta_plan_cache *plans;    /* policies' plans, across sessions */
+    /* The current shape's program (aliases of shapes[cur]): */
     delta_ctx *ctx;
     delta_model model;
     int n_model_tensors;        /* ids below this are the model's own */
-    delta_dry_plan plan;
+    delta_dry_plan plan;        /* of the main shape */
     size_t budget_bytes;        /* 0 = unlimited */
     delta_backend *backend;
     delta_session *session;

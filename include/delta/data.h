@@ -225,6 +225,18 @@ void delta_loader_free(delta_loader *l);
  * call starts the next epoch. No allocation. */
 void delta_loader_next(delta_loader *l, delta_batch *out);
 
+/* Like delta_loader_next, but token samples (causal and masked LM) hold
+ * seq_len tokens, 1 <= seq_len <= the dataset's seq_len, written densely
+ * as (B, seq_len) (and the mask (B, seq_len)): the first seq_len tokens of
+ * each sample and, for causal LM, their next tokens, so they are a prefix
+ * of what delta_loader_next writes; masked LM chooses its
+ * max(1, round(0.15 * seq_len)) prediction targets among those seq_len
+ * positions. Samples and their order are the same as with
+ * delta_loader_next (a text window still starts at index * T). Images
+ * ignore seq_len. Trainers that draw a sequence length per step use it. */
+void delta_loader_next_len(delta_loader *l, delta_batch *out,
+                           int64_t seq_len);
+
 /* Batches per epoch: len / batch with drop_last, else ceil(len / batch). */
 int64_t delta_loader_batches_per_epoch(const delta_loader *l);
 delta_loader_pos delta_loader_get_pos(const delta_loader *l);

@@ -24,6 +24,15 @@ extern "C" {
 
 typedef struct delta_session delta_session;
 
+/* A cache of policies' plans, keyed by policy and program, that outlives
+ * sessions: a run whose shapes change (a shorter last batch, a sequence
+ * length drawn per step) creates a session per change and passes the same
+ * cache to each, so a policy plans each distinct program once. Not locked:
+ * use it from one session at a time. */
+typedef struct delta_plan_cache delta_plan_cache;
+delta_plan_cache *delta_plan_cache_new(void); /* NULL: out of memory */
+void delta_plan_cache_free(delta_plan_cache *c); /* accepts NULL */
+
 typedef struct delta_session_opts {
     delta_backend *backend;   /* not owned; must outlive the session */
     size_t budget_bytes;      /* 0 = unlimited (the arena is sized to fit) */
@@ -35,6 +44,9 @@ typedef struct delta_session_opts {
     int n_outputs;
     /* Chrome trace of every run (not owned; NULL = none). */
     delta_trace *trace;
+    /* Plans kept across sessions (not owned; must outlive the session;
+     * NULL = none). */
+    delta_plan_cache *plans;
 } delta_session_opts;
 
 /* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,

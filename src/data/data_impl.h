@@ -6,10 +6,12 @@
 #include "delta/data.h"
 
 /* Writes one sample (see delta_dataset_get); must not touch the dataset,
- * so several threads may read samples at once. */
+ * so several threads may read samples at once. len: token samples are cut
+ * to their first len tokens (1 <= len <= info.seq_len; see
+ * delta_loader_next_len); images ignore it. */
 typedef void (*data_get_fn)(const delta_dataset *ds, int64_t index,
                             uint64_t seed, uint64_t epoch, void *input,
-                            int32_t *target, float *mask);
+                            int32_t *target, float *mask, int64_t len);
 
 struct delta_dataset {
     delta_data_info info;

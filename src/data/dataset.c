@@ -62,7 +62,7 @@ void delta_dataset_get(const delta_dataset *ds, int64_t index, uint64_t seed,
     DELTA_ASSERTF(index >= 0 && index < ds->info.len,
                   "sample %lld of a dataset of %lld", (long long)index,
                   (long long)ds->info.len);
-    ds->get(ds, index, seed, epoch, input, target, mask);
+    ds->get(ds, index, seed, epoch, input, target, mask, ds->info.seq_len);
 }
 
 /* ---- batch buffers ---------------------------------------------------- */

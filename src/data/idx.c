@@ -277,8 +277,8 @@ static void pick_path(char *out, size_t n, const char *dir, const char *base) {
 
 static void get_image(const delta_dataset *ds, int64_t index, uint64_t seed,
                       uint64_t epoch, void *input, int32_t *target,
-                      float *mask) {
-    (void)seed, (void)epoch, (void)mask;
+                      float *mask, int64_t len) {
+    (void)seed, (void)epoch, (void)mask, (void)len;
     int64_t n = ds->info.input_numel;
     const uint8_t *p = ds->pixels + (size_t)index * (size_t)n;
     float *x = input;

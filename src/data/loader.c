@@ -103,7 +103,19 @@ int64_t delta_loader_batches_per_epoch(const delta_loader *l) {
 }
 
 void delta_loader_next(delta_loader *l, delta_batch *out) {
+    delta_loader_next_len(l, out, l->ds->info.seq_len);
+}
+
+void delta_loader_next_len(delta_loader *l, delta_batch *out,
+                           int64_t seq_len) {
     DELTA_ASSERT(l && out && out->input && out->target);
+    const delta_data_info *in = &l->ds->info;
+    /* token samples: seq_len tokens each, stored densely; images: whole */
+    bool tokens = in->kind != DELTA_DATA_IMAGES;
+    int64_t len = tokens ? seq_len : 0;
+    DELTA_ASSERTF(!tokens || (seq_len >= 1 && seq_len <= in->seq_len),
+                  "seq_len %lld of samples of %lld tokens",
+                  (long long)seq_len, (long long)in->seq_len);
     if (l->index >= epoch_end(l)) {
         l->epoch++;
         l->index = 0;
@@ -112,26 +124,27 @@ void delta_loader_next(delta_loader *l, delta_batch *out) {
         delta_data_permutation(l->ds->info.len, l->seed, l->epoch, l->perm);
         l->perm_epoch = l->epoch;
     }
-    const delta_data_info *in = &l->ds->info;
     int64_t n = in->len - l->index;
     if (n > l->batch) n = l->batch;
-    size_t in_stride =
-        (size_t)in->input_numel * delta_dtype_size(in->input_dtype);
+    int64_t in_numel = tokens ? len : in->input_numel;
+    int64_t tg_numel = tokens ? len : in->target_numel;
+    int64_t mk_numel = in->mask_numel ? len : 0;
+    size_t in_stride = (size_t)in_numel * delta_dtype_size(in->input_dtype);
     float *mask = in->mask_numel ? out->mask : NULL;
     /* Samples are independent and each is written by one thread, so the
      * batch is the same for any thread count; threads pay off for big
      * samples (synthetic 224x224 images draw ~150k normals each). */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) \
-    if (n * in->input_numel >= LOADER_PAR_MIN)
+    if (n * in_numel >= LOADER_PAR_MIN)
 #endif
     for (int64_t s = 0; s < n; s++) {
         int64_t pos = l->index + s;
         int64_t i = l->shuffle ? l->perm[pos] : pos;
         l->ds->get(l->ds, i, l->seed, (uint64_t)l->epoch,
                    (char *)out->input + (size_t)s * in_stride,
-                   out->target + (size_t)s * (size_t)in->target_numel,
-                   mask ? mask + (size_t)s * (size_t)in->mask_numel : NULL);
+                   out->target + (size_t)s * (size_t)tg_numel,
+                   mask ? mask + (size_t)s * (size_t)mk_numel : NULL, len);
     }
     out->size = n;
     out->epoch = l->epoch;

@@ -21,8 +21,8 @@ static inline uint64_t below(uint64_t r, uint64_t n) {
 
 static void get_image(const delta_dataset *ds, int64_t index, uint64_t seed,
                       uint64_t epoch, void *input, int32_t *target,
-                      float *mask) {
-    (void)seed, (void)epoch, (void)mask;
+                      float *mask, int64_t len) {
+    (void)seed, (void)epoch, (void)mask, (void)len;
     uint64_t key = delta_rng_u64(ds->seed ^ SALT_PIXELS, (uint64_t)index);
     float *x = input;
     for (int64_t j = 0; j < ds->info.input_numel; j++)
@@ -57,11 +57,12 @@ static uint64_t walk(const delta_dataset *ds, int64_t index, int64_t v,
 
 static void get_causal(const delta_dataset *ds, int64_t index, uint64_t seed,
                        uint64_t epoch, void *input, int32_t *target,
-                       float *mask) {
+                       float *mask, int64_t len) {
     (void)seed, (void)epoch, (void)mask;
-    int64_t T = ds->info.seq_len;
+    int64_t T = len;
     int32_t *x = input;
-    /* input = walk[0, T), target = walk[1, T + 1) */
+    /* input = walk[0, T), target = walk[1, T + 1): a prefix of the walk,
+     * so a shorter T gives the first T tokens of the longer sample */
     uint64_t last = walk(ds, index, ds->info.vocab, x, T);
     for (int64_t t = 0; t + 1 < T; t++) target[t] = x[t + 1];
     target[T - 1] = (int32_t)last;
@@ -69,8 +70,8 @@ static void get_causal(const delta_dataset *ds, int64_t index, uint64_t seed,
 
 static void get_masked(const delta_dataset *ds, int64_t index, uint64_t seed,
                        uint64_t epoch, void *input, int32_t *target,
-                       float *mask) {
-    int64_t T = ds->info.seq_len, v = ds->info.vocab - 1;
+                       float *mask, int64_t len) {
+    int64_t T = len, v = ds->info.vocab - 1;
     int32_t *x = input;
     (void)walk(ds, index, v, x, T);
     delta_data_mlm_mask(x, target, T, ds->info.mask_id, v,

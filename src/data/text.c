@@ -11,12 +11,14 @@
 
 #define TEXT_MAX_SEQ ((int64_t)1 << 24)
 
+/* Window `index` starts at byte index * info.seq_len whatever len is: a
+ * shorter len takes the window's first len tokens. */
 static void get_causal(const delta_dataset *ds, int64_t index, uint64_t seed,
                        uint64_t epoch, void *input, int32_t *target,
-                       float *mask) {
+                       float *mask, int64_t len) {
     (void)seed, (void)epoch, (void)mask;
-    int64_t T = ds->info.seq_len;
-    const uint8_t *w = ds->text + (size_t)index * (size_t)T;
+    int64_t T = len;
+    const uint8_t *w = ds->text + (size_t)index * (size_t)ds->info.seq_len;
     int32_t *x = input;
     for (int64_t t = 0; t < T; t++) {
         x[t] = w[t];
@@ -26,9 +28,9 @@ static void get_causal(const delta_dataset *ds, int64_t index, uint64_t seed,
 
 static void get_masked(const delta_dataset *ds, int64_t index, uint64_t seed,
                        uint64_t epoch, void *input, int32_t *target,
-                       float *mask) {
-    int64_t T = ds->info.seq_len;
-    const uint8_t *w = ds->text + (size_t)index * (size_t)T;
+                       float *mask, int64_t len) {
+    int64_t T = len;
+    const uint8_t *w = ds->text + (size_t)index * (size_t)ds->info.seq_len;
     int32_t *x = input;
     for (int64_t t = 0; t < T; t++) x[t] = w[t];
     delta_data_mlm_mask(x, target, T, ds->info.mask_id, 256,

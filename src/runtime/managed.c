@@ -3,6 +3,7 @@
  * mechanics of moving bytes are in residency.c. One host thread drives it;
  * copies run on the backend's copy streams. */
 #include "runtime/managed_impl.h"
+#include "runtime/plan_cache.h"
 #include "delta/exec.h"
 
 #include <stdio.h>
@@ -64,6 +65,8 @@ size_t managed_budget(const managed *m) { return m->arena; }
 size_t managed_in_use(const managed *m) { return m->in_use; }
 size_t managed_arena_bytes(const managed *m) { return m->arena; }
 int64_t managed_steps_done(const managed *m) { return m->steps_done; }
+delta_plan_cache *managed_plan_cache(const managed *m) { return m->plans; }
+uint64_t managed_program_key(const managed *m) { return m->program_key; }
 
 /* latency + bytes / bandwidth fitted to f's samples; the nominal link
  * until two sizes were seen (one size: the nominal latency, the measured
@@ -319,6 +322,8 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->arena = o->budget;
     m->trace = o->trace;
     m->cur_op = -1;
+    m->plans = o->plans;
+    m->program_key = delta_program_key(ctx);
     m->pol = o->custom ? o->custom : policy_find(o->policy);
     DELTA_ASSERT(m->pol);
     size_t n1 = (size_t)nt + 1;

@@ -132,6 +132,11 @@ int managed_prev_use(const managed *m, int r, int op);
 size_t managed_op_alloc_bytes(const managed *m, int op);
 /* Steps (DELTA_RUN_STEP runs) completed by this runtime. */
 int64_t managed_steps_done(const managed *m);
+/* The plan cache the session was given (NULL: none) and this program's key
+ * (delta_program_key, computed once at creation): a policy keeps its plan
+ * across sessions with plan_cache_get/put (runtime/plan_cache.h). */
+delta_plan_cache *managed_plan_cache(const managed *m);
+uint64_t managed_program_key(const managed *m);
 
 /* ---- actions ----------------------------------------------------------- */
 /* Starts copying r (RES_DEVICE, unpinned) to the host store on the to-host
@@ -162,6 +167,7 @@ typedef struct managed_opts {
     const policy_ops *custom;      /* when set, used instead of `policy`
                                       (tests drive the runtime with scripted
                                       policies) */
+    delta_plan_cache *plans;       /* may be NULL */
 } managed_opts;
 
 managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,

@@ -61,6 +61,8 @@ struct managed {
     delta_trace *trace;
     delta_status fail_st;
     char err[512];
+    delta_plan_cache *plans;   /* may be NULL */
+    uint64_t program_key;      /* delta_program_key(ctx) */
 };
 
 /* residency.c */

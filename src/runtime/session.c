@@ -16,6 +16,7 @@
 #include "delta/pool.h"
 #include "backend/backend.h"
 #include "runtime/managed.h"
+#include "runtime/plan_cache.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -169,6 +170,24 @@ static const char *fmt_bytes(double b, char *buf) {
     return delta_format_bytes(b, buf, 32);
 }
 
+/* The dry plan of ctx, taken from the plan cache when a session of the
+ * same program made it before (a run whose shapes change comes back to a
+ * shape), else built and stored there. */
+#define DRY_PLAN_KEY "session:dry-plan"
+static delta_status dry_plan_of(delta_ctx *ctx, delta_plan_cache *pc,
+                                delta_dry_plan *dp, char *err, size_t n) {
+    uint64_t key = pc ? delta_program_key(ctx) : 0;
+    size_t bytes = 0;
+    const void *blob = plan_cache_get(pc, DRY_PLAN_KEY, key, &bytes);
+    if (blob && bytes == sizeof *dp) {
+        memcpy(dp, blob, sizeof *dp);
+        return DELTA_OK;
+    }
+    delta_status st = delta_dry_plan_build(ctx, dp, err, n);
+    if (st == DELTA_OK && pc) plan_cache_put(pc, DRY_PLAN_KEY, key, dp, sizeof *dp);
+    return st;
+}
+
 delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
                                  delta_status *status, char *err,
                                  size_t err_len) {
@@ -214,7 +233,7 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     /* the smallest budget any policy could work in */
     delta_dry_plan dp;
     char perr[256];
-    *status = delta_dry_plan_build(ctx, &dp, perr, sizeof perr);
+    *status = dry_plan_of(ctx, o->plans, &dp, perr, sizeof perr);
     if (*status != DELTA_OK) {
         fail(s, err, err_len, "planning failed: %s", perr);
         goto fail;
@@ -241,7 +260,7 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         if (s->arena_bytes < DELTA_POOL_ALIGN) s->arena_bytes = DELTA_POOL_ALIGN;
         managed_opts mo = {.budget = s->arena_bytes, .policy = o->policy,
                            .outs = o->outputs, .n_outs = o->n_outputs,
-                           .trace = o->trace};
+                           .trace = o->trace, .plans = o->plans};
         s->mg = managed_new(ctx, s->b, &mo, status, err, err_len);
         if (!s->mg) goto fail;
         return s;
