@@ -137,7 +137,7 @@ test: deps-check
 
 # The threaded code (copy engines, session) under ThreadSanitizer. OpenMP's
 # runtime is not instrumented, so this build leaves it out.
-TSAN_TESTS := test_backend test_session test_managed test_policies
+TSAN_TESTS := test_backend test_session test_managed test_policies test_plan_cache
 test-tsan: deps-check
 	@$(MAKE) --no-print-directory SANITIZE=thread NO_OMP=1 \
 	  $(TSAN_TESTS:%=build/san-thread/tests/%)

@@ -1040,6 +1040,19 @@ static void test_seq_len_range_exact(void) {
     }
     for (int i = 0; i < na; i++) cJSON_Delete(oa[i]);
     for (int i = 0; i < nb; i++) cJSON_Delete(ob[i]);
+    /* delta (the default with a budget) over 12 steps of changing lengths,
+     * coming back to shapes it has seen (its measurements are kept per
+     * program), saves keep's bytes too */
+    char c[128], d[128];
+    path_in_tmp(c, sizeof c, "range_delta.safetensors");
+    path_in_tmp(d, sizeof d, "range_keep12.safetensors");
+    TRAIN("--model", "gpt2-tiny", "--seq-len-range", "16:24", "--steps", "12",
+          "--budget", "50%", "--save", c, "--quiet");
+    CHECK(res.status == 0, "delta 50%%: status %d: %s", res.status, res.err);
+    TRAIN("--model", "gpt2-tiny", "--seq-len-range", "16:24", "--steps", "12",
+          "--save", d, "--quiet");
+    CHECK(res.status == 0, "keep: status %d: %s", res.status, res.err);
+    CHECK(same_bytes(c, d), "%s and %s differ", c, d);
 }
 
 /* An idx file: big-endian header words, then n data bytes. */

@@ -49,6 +49,7 @@
  * waits for a transfer with recomputation issued ahead. */
 #include "runtime/knapsack.h"
 #include "runtime/managed.h"
+#include "runtime/plan_cache.h"
 #include "delta/pool.h"
 
 #include <math.h>
@@ -611,6 +612,48 @@ static int delta_choose(void *pp, managed *m, size_t need, bool *drop) {
     return best;
 }
 
+/* ---- what delta keeps per program across sessions (a run whose shapes
+ * change comes back to programs it has measured): the averaged op times,
+ * the margin and each mode's measured step, so a session of a known program
+ * skips the profile and starts in its fastest mode. ----------------------- */
+
+typedef struct memo_head {
+    uint32_t magic, n_ops;
+    double margin;
+    double mode_s[MODE_COUNT];
+} memo_head;
+
+#define MEMO_MAGIC 0x64656c74u /* "delt" */
+
+static void memo_save(const delta_pol *p, managed *m) {
+    delta_plan_cache *pc = managed_plan_cache(m);
+    if (!pc) return;
+    size_t bytes = sizeof(memo_head) + sizeof(double) * (size_t)p->n_ops;
+    char *blob = malloc(bytes);
+    if (!blob) return;
+    memo_head h = {MEMO_MAGIC, (uint32_t)p->n_ops, (double)p->margin, {0}};
+    memcpy(h.mode_s, p->mode_s, sizeof h.mode_s);
+    memcpy(blob, &h, sizeof h);
+    memcpy(blob + sizeof h, p->ema, sizeof(double) * (size_t)p->n_ops);
+    plan_cache_put(pc, "delta", managed_program_key(m), blob, bytes);
+    free(blob);
+}
+
+static void memo_load(delta_pol *p, managed *m) {
+    size_t bytes = 0;
+    const char *blob = plan_cache_get(managed_plan_cache(m), "delta",
+                                      managed_program_key(m), &bytes);
+    memo_head h;
+    if (!blob || bytes != sizeof h + sizeof(double) * (size_t)p->n_ops) return;
+    memcpy(&h, blob, sizeof h);
+    if (h.magic != MEMO_MAGIC || h.n_ops != (uint32_t)p->n_ops) return;
+    memcpy(p->ema, blob + sizeof h, sizeof(double) * (size_t)p->n_ops);
+    memcpy(p->mode_s, h.mode_s, sizeof h.mode_s);
+    p->margin = (size_t)h.margin;
+    p->have_times = true;
+    p->steps = 1;
+}
+
 /* ---- hooks --------------------------------------------------------------- */
 
 static void *delta_create(managed *m) {
@@ -627,6 +670,7 @@ static void *delta_create(managed *m) {
     p->lock_first = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
     p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
+    if (p->ema && p->plan_t) memo_load(p, m);
     if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
         !p->advance || !p->lock_first || !p->dtr) {
         if (p->dtr) delta_policy_dtr.destroy(p->dtr);
@@ -712,6 +756,7 @@ static void delta_end(void *pp, managed *m, bool ok) {
     (void)step_s;
     p->have_times = true;
     p->steps++;
+    memo_save(p, m);
     if (!p->guided) return;
     if (p->online_victims > 0 && p->cur_mode == MODE_PLAN_FULL) {
         /* the plan fell short: a tighter target next time */
