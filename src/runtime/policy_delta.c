@@ -53,6 +53,7 @@
 #include "delta/pool.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,7 +497,14 @@ static bool bucket(delta_pol *p, bool by_issue, int **start, int **ids) {
     return true;
 }
 
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static bool plan_build(delta_pol *p, managed *m, mode md) {
+    double w0 = wall_s();
     free_plan(p);
     int n = p->n_ops, nr = p->n_roots;
     const delta_ctx *ctx = managed_ctx(m);
@@ -565,8 +573,8 @@ static bool plan_build(delta_pol *p, managed *m, mode md) {
             if (p->c[k].how == HOW_SWAP) { sw++; swb += (double)managed_root(m, p->c[k].r)->bytes; }
             if (p->c[k].how == HOW_DROP) { dr++; drb += (double)managed_root(m, p->c[k].r)->bytes; }
         }
-        fprintf(stderr, "plan: %d cands, %d swaps (%.0f MiB), %d drops (%.0f MiB), cost %.4f s, worst excess %lld, T %.4f, evals %d\n",
-                p->n_c, sw, swb / 1048576, dr, drb / 1048576, res.cost, (long long)res.worst_excess, p->T, res.evaluations);
+        fprintf(stderr, "plan: %d cands, %d swaps (%.0f MiB), %d drops (%.0f MiB), cost %.4f s, worst excess %lld, T %.4f, evals %d, planned in %.3f s\n",
+                p->n_c, sw, swb / 1048576, dr, drb / 1048576, res.cost, (long long)res.worst_excess, p->T, res.evaluations, wall_s() - w0);
     }
     if (!bucket(p, false, &p->rel_start, &p->rel_ids) ||
         !bucket(p, true, &p->fetch_start, &p->fetch_ids))
