@@ -6,7 +6,9 @@
 #   sim  ResNet-50 224x224 batch 64 and GPT-2 small T 1024 batch 8 on an
 #        A100-80GB (AdamW)
 # Per cell: the median step, its overhead against keep with an unlimited
-# budget, the peak, bytes swapped out, ops recomputed and compute stalled.
+# budget, the peak, bytes swapped out, ops recomputed and compute stalled,
+# blocks moved to make gaps per step after the first, and how many steps
+# after the first took every allocation from the replayed layout.
 # The cpu link is the default emulation (one byte per 1,000 GEMM flops, a
 # GPU on PCIe). A cell a policy cannot run says why in one word.
 set -u
@@ -49,12 +51,21 @@ tmp, policies = sys.argv[1], sys.argv[2].split()
 def cell(name, policy, budget):
     base = os.path.join(tmp, f"{name}.{policy}.{budget}")
     rc = int(open(base + ".rc").read().strip() or 1)
-    summ = None
+    summ, steps = None, []
     if os.path.exists(base + ".jsonl"):
         for line in open(base + ".jsonl"):
             d = json.loads(line)
             if "summary" in d: summ = d["summary"]
+            else: steps.append(d)
+    if summ is not None: summ["_steps"] = steps
     return rc, summ
+def later(s):
+    # moves per step and replayed steps, over the steps after the first
+    rest = s["_steps"][1:]
+    if not rest: return "", ""
+    moved = sum(d.get("defrag_moves", 0) for d in rest) / len(rest)
+    rep = [d["replayed"] for d in rest if "replayed" in d]
+    return f"{moved:.0f}", (f"{sum(rep)}/{len(rest)}" if rep else "-")
 def mib(b): return f"{b / 2**20:.1f}"
 for name, label in [("cpu_resnet18", "cpu ResNet-18 w16, 1x28x28, batch 64"),
                     ("cpu_gpt2", "cpu GPT-2 4x128, T 64, batch 8"),
@@ -66,15 +77,17 @@ for name, label in [("cpu_resnet18", "cpu ResNet-18 w16, 1x28x28, batch 64"),
     k = keep["median_step_s"]
     print(f"\n### {label}\n")
     print(f"keep, unlimited: {k:.4f} s/step, peak {mib(keep['peak_device_bytes'])} MiB\n")
-    print("| policy | budget | s/step | overhead | peak MiB | swapped out MiB | recomputed ops | stall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| policy | budget | s/step | overhead | peak MiB | swapped out MiB | recomputed ops | stall s | moved/step | replayed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for b in ["100%", "70%", "50%"]:
         for p in policies[1:]:
             rc, s = cell(name, p, b)
             if rc != 0 or not s:
                 why = "infeasible" if rc == 3 else f"exit {rc}"
-                print(f"| {p} | {b} | {why} | | | | | |"); continue
+                print(f"| {p} | {b} | {why} | | | | | | | |"); continue
             st = s["median_step_s"]; n = max(1, s["steps"])
+            moved, rep = later(s)
             print(f"| {p} | {b} | {st:.4f} | {st / k:.2f}x | {mib(s['peak_device_bytes'])} | "
-                  f"{mib(s['swap_out_bytes'] / n)} | {s['recomputed_ops'] // n} | {s['stall_s'] / n:.4f} |")
+                  f"{mib(s['swap_out_bytes'] / n)} | {s['recomputed_ops'] // n} | {s['stall_s'] / n:.4f} | "
+                  f"{moved} | {rep} |")
 EOF
