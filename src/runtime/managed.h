@@ -138,13 +138,16 @@ int64_t managed_steps_done(const managed *m);
 
 /* Layout. Every training step is recorded (its allocations and releases
  * in order) and placed as a whole by the lifetime planner; the next step
- * takes those offsets while it makes the same allocations (size and root)
- * in the same order, so a repeating step has no fragmentation and never
- * moves blocks; a step that deviates (other decisions, another order) goes
- * on online from the deviation and is planned again from its own trace
- * (residency.c explains the details, including how moves and replay mix).
- * A plan that does not fit the budget is not used: the next step is
- * online, and the policy hears MEV_LAYOUT_OVER.
+ * takes those offsets while it makes the same allocations (size and root),
+ * so a repeating step has no fragmentation and never moves blocks; a step
+ * that deviates (other decisions) goes on online from the deviation and is
+ * planned again from its own trace (residency.c explains the details,
+ * including how moves and replay mix). A plan that does not fit the budget
+ * is not used: the next step is online, and the policy hears
+ * MEV_LAYOUT_OVER. A planned policy keeps its decisions' peak some way
+ * under the budget: a step whose live bytes fill the arena (an online step
+ * that evicts only when an allocation fails) rarely has a placement that
+ * fits, since the online allocator got there by moving blocks.
  *
  * managed_layout_peak: the peak address of the last plan made (above the
  * budget when it did not fit), 0 when none was. managed_replayed: the last
@@ -161,7 +164,9 @@ bool managed_replayed(const managed *m);
 bool managed_swap_out(managed *m, int r);
 /* Starts copying r (RES_HOST) back on the to-device stream into device
  * bytes taken without evicting anything; ops that need r wait for the copy.
- * false (and nothing done) when r is not on the host or no gap fits. */
+ * false (and nothing done) when r is not on the host or no gap fits, and,
+ * in a step that follows its planned layout, when the plan has no such
+ * prefetch at this op or its bytes are still in use (try again later). */
 bool managed_prefetch(managed *m, int r);
 /* Drops r (RES_DEVICE, droppable, unpinned). false when it cannot be. */
 bool managed_drop(managed *m, int r);

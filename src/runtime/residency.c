@@ -4,43 +4,49 @@
  * running one op with its operands made resident.
  *
  * Layout. Every device allocation goes through one delta_replay (the pool's
- * replay, include/delta/pool.h) keyed by root id (n_tensors + op id for workspace), with
- * the op being run as its op. A training step (DELTA_RUN_STEP) is one
- * replay step: its allocations and releases (outputs, workspace, swap-ins
- * on demand, prefetches at op boundaries, swap-outs released when they
- * land, drops, frees at last use, recomputations) are its trace; at its
- * end the lifetime planner places the whole trace, and the next step takes
- * the planned offsets while it repeats the same allocations (size and root)
- * in the same order. Outside training steps (persistent tensors placed at
+ * replay, include/delta/pool.h), keyed by root id (n_tensors + op id for a
+ * workspace), with the op being run as its op. A training step
+ * (DELTA_RUN_STEP) is one replay step: its allocations and releases
+ * (outputs, workspace, swap-ins on demand, prefetches at op boundaries,
+ * swap-outs released when they land, drops, frees at last use,
+ * recomputations) are its trace; at its end the lifetime planner places
+ * the whole trace, and the next step gives each allocation the offset
+ * planned for the same root's same occurrence while it makes the same
+ * allocations. Outside training steps (persistent tensors placed at
  * creation, forward and eval runs) allocation is online and unrecorded; so
  * is the first production of a tensor that then stays for good (the loss,
  * the caller's outputs), which the next plan sees as an obstacle.
  *
  * Moves and replay: moves happen only in online mode. A step that follows
- * its plan never makes a gap, since its planned ranges are free by
- * construction whenever the step repeats the recorded one. When a planned
- * range is busy (BUSY) the runtime first does what the recorded step had
- * done by then without moving anything: collects landed copies and
- * recomputed temporaries, and waits for the swap-outs whose bytes are in
- * the way (a copy landing later than in the recorded step: a stall, but the
- * step stays on its plan). If the bytes in use leave no room for the
- * allocation at all, the recorded step necessarily evicted here too, so the
- * usual remedies run (waiting for swap-outs, then the policy's victims),
- * still without moves. Only when none of that frees the planned range is
- * the allocation a deviation: from there on the step is online, where
- * making a gap (moving blocks) is allowed as before, and the step is
- * planned again from its own trace. Moved blocks keep their identity in
- * the trace (delta_replay_move), so a step with moves still plans the next
- * one exactly. A prefetch in a replaying step that is not the plan's next
- * allocation is refused (the recorded step did not make it there; the
- * policy may retry), so an optional copy never breaks a replay. Both
- * guarantees stay: the pool is exactly the budget and checks every range,
- * so the plan is only ever an offset suggestion; bytes never depend on
- * where a tensor sits.
+ * its plan never makes a gap: its planned ranges are free by construction
+ * whenever it repeats the recorded step. When a planned range is busy
+ * anyway (BUSY), the runtime first does what the recorded step had done by
+ * then, without moving anything: collects landed copies and recomputed
+ * temporaries and waits for the swap-outs whose bytes are in the way (a
+ * copy landing later than in the recorded step: a stall, but the step stays
+ * on its plan). If the bytes in use leave no room for the allocation at
+ * all, the recorded step necessarily evicted here too, so the usual
+ * remedies run (waiting for swap-outs, then the policy's victims), still
+ * without moves. Only when none of that frees the range, or the plan has
+ * no such allocation, is the allocation a deviation: from there on the
+ * step is online, where making a gap (moving blocks) is allowed as before,
+ * and the step is planned again from its own trace. Moved blocks keep
+ * their identity in the trace (delta_replay_move), so a step with moves
+ * still plans the next one exactly. A prefetch in a step that follows its
+ * plan is made only where the plan has it (its range free, not at an
+ * earlier op than recorded); otherwise it is refused and the policy may
+ * try again, so an optional copy never breaks a replay nor takes bytes
+ * planned for others. Both guarantees stay: the pool is exactly the budget
+ * and checks every range, so a plan is only ever an offset suggestion, and
+ * bytes never depend on where a tensor sits.
  *
- * When the plan of a step does not fit the arena (the planner's placement
- * peaks above the budget), the replay does not use it: the next step runs
- * online, and the policy hears MEV_LAYOUT_OVER with the excess (managed.h).
+ * When the plan of a step peaks above the budget, managed_run asks what
+ * the plan would be with the blocks that stay slid to the bottom of the
+ * arena (online moves scatter persistent tensors); if that fits, it
+ * compacts them (moves counted in that step) and keeps that plan; it tries
+ * this the first time and whenever the step repeated the one before it.
+ * Otherwise the plan is not used: the next step runs online, and the
+ * policy hears MEV_LAYOUT_OVER with the excess (managed.h).
  *
  * Ordering. The to-host stream waits for the compute stream before it
  * reads a tensor a kernel wrote; the to-device stream waits for it before
