@@ -76,6 +76,14 @@ struct delta_replay {
     bool plan_ok;         /* a plan exists and fits the capacity */
     span *plan_obs;       /* live blocks the plan was made around */
     int n_plan_obs;
+    /* the last plan made at a step's end that did not fit: its trace (by
+     * hash and length), the blocks around it, its figures */
+    bool over_valid;
+    uint64_t over_sig;
+    int over_n;
+    span *over_obs;
+    int n_over_obs;
+    size_t over_peak, over_max_live;
 
     /* step in progress */
     bool had_plan, replaying;
@@ -122,6 +130,7 @@ void delta_replay_free(delta_replay *r) {
     free(r->run_start);
     free(r->run_used);
     free(r->plan_obs);
+    free(r->over_obs);
     free(r->fr);
     free(r);
 }
@@ -560,13 +569,42 @@ void delta_replay_step_end(delta_replay *r, delta_replay_step *report) {
     delta_pool_for_each_live_tagged(r->pool, collect_span, &obs);
     bool keep = rep.replayed && !obs.oom &&
                 same_spans(obs.s, obs.n, r->plan_obs, r->n_plan_obs);
-    if (!keep) {
+    /* the same trace around the same blocks as the last plan that did not
+     * fit would not fit again (the planner is deterministic): reported
+     * again without planning */
+    bool over_again = !keep && r->over_valid && r->trace_ok && !obs.oom &&
+                      r->sig == r->over_sig && r->n_tr == r->over_n &&
+                      same_spans(obs.s, obs.n, r->over_obs, r->n_over_obs);
+    if (over_again) {
+        r->plan_ok = false;
+        r->n_plan = 0;
+        rep.planned = true;
+        rep.plan_peak_bytes = r->over_peak;
+        rep.plan_max_live_bytes = r->over_max_live;
+        rep.plan_exceeds_capacity = true;
+    } else if (!keep) {
+        span *copy = obs.n ? malloc((size_t)obs.n * sizeof *copy) : NULL;
+        if (copy) memcpy(copy, obs.s, (size_t)obs.n * sizeof *copy);
+        int n_copy = obs.n;
+        r->over_valid = false;
         if (r->trace_ok && !obs.oom) {
             make_plan(r, &obs, &rep, r->step);
         } else {
             r->plan_ok = false;
             r->n_plan = 0;
         }
+        if (rep.planned && rep.plan_exceeds_capacity && (copy || !n_copy)) {
+            r->over_valid = true;
+            r->over_sig = r->sig;
+            r->over_n = r->n_tr;
+            free(r->over_obs);
+            r->over_obs = copy;
+            r->n_over_obs = n_copy;
+            r->over_peak = rep.plan_peak_bytes;
+            r->over_max_live = rep.plan_max_live_bytes;
+            copy = NULL;
+        }
+        free(copy);
     }
     free(obs.s);
     free(obs.tag);

@@ -183,17 +183,23 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
          * (moves of this step) and keep that plan. Only the first time or
          * when the step repeated the one before: a policy whose steps
          * differ would deviate from the plan anyway */
+        if (!rep.repeated) m->whatif_over = 0;
         if (ok && rep.planned && rep.plan_exceeds_capacity &&
             (rep.repeated || !m->compacted_once) && !mg_compacted(m)) {
             delta_replay_step re = rep;
-            if (delta_replay_replan(m->rp, true, &re) &&
-                !re.plan_exceeds_capacity) {
+            if (m->whatif_over) { /* the same step did not fit compacted */
+                re.plan_peak_bytes = m->whatif_over;
+            } else if (delta_replay_replan(m->rp, true, &re) &&
+                       !re.plan_exceeds_capacity) {
                 mg_compact(m);
                 m->compacted_once = true;
                 rep = re;
-            } else if (re.planned && re.plan_peak_bytes < rep.plan_peak_bytes) {
-                rep.plan_peak_bytes = re.plan_peak_bytes; /* what it takes */
+            } else if (re.planned) {
+                m->whatif_over = re.plan_peak_bytes;
             }
+            if (rep.plan_exceeds_capacity && re.planned &&
+                re.plan_peak_bytes < rep.plan_peak_bytes)
+                rep.plan_peak_bytes = re.plan_peak_bytes; /* what it takes */
         }
         m->replayed = rep.replayed;
         if (rep.planned) m->layout_peak = rep.plan_peak_bytes;

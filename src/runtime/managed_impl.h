@@ -60,6 +60,8 @@ struct managed {
     bool replayed;             /* the last training step replayed fully */
     size_t layout_peak;        /* peak of the last plan made, 0 none */
     bool compacted_once;       /* the arena was compacted for a plan */
+    size_t whatif_over;        /* peak of the plan around compacted blocks
+                                  that did not fit either (this trace) */
     double lk_n, lk_sx, lk_sy, lk_sxx, lk_sxy; /* link model samples */
     delta_trace *trace;
     delta_status fail_st;
