@@ -555,6 +555,135 @@ static void test_replay_carried(void) {
     delta_replay_free(r);
 }
 
+/* Keys: a block that leaves early in every step and comes back late (a
+ * swapped parameter) is planned as released where its earlier block was,
+ * and pinned where it sits, so the plan fits and is kept; without keys
+ * the same step would need room for it twice. Keys also let a reordered
+ * step follow its plan. */
+static void test_replay_keys(void) {
+    for (int keyed = 0; keyed < 2; keyed++) {
+        delta_replay *r = delta_replay_new(12 * U, 16, NULL, 0);
+        size_t p, a;
+        CHECK(delta_replay_alloc_key(r, 4 * U, -1, keyed ? 7 : -1, &p) == DELTA_OK);
+        delta_replay_step rep;
+        for (int s = 0; s < 4; s++) {
+            delta_replay_step_begin(r);
+            CHECK(delta_replay_release_key(r, p, 0, keyed ? 7 : -1) == DELTA_OK);
+            CHECK(delta_replay_alloc_key(r, 8 * U, 1, keyed ? 1 : -1, &a) == DELTA_OK);
+            CHECK(delta_replay_alloc_key(r, 4 * U, 2, keyed ? 7 : -1, &p) == DELTA_OK);
+            CHECK(delta_replay_release_key(r, a, 3, keyed ? 1 : -1) == DELTA_OK);
+            delta_replay_step_end(r, &rep);
+            if (!keyed) {
+                CHECK(rep.planned && rep.plan_exceeds_capacity &&
+                      rep.plan_peak_bytes == 16 * U, "unkeyed plan %zu",
+                      rep.plan_peak_bytes);
+            } else if (s == 0) {
+                CHECK(rep.planned && !rep.plan_exceeds_capacity &&
+                      rep.plan_peak_bytes == 12 * U);
+            } else {
+                CHECK(rep.replayed && !rep.planned && rep.repeated,
+                      "step %d: replayed %d planned %d", s, rep.replayed,
+                      rep.planned);
+            }
+        }
+        CHECK(delta_pool_validate(delta_replay_pool(r)));
+        delta_replay_free(r);
+    }
+
+    /* a step that makes the same allocations in another order */
+    delta_replay *r = delta_replay_new(16 * U, 16, NULL, 0);
+    delta_replay_step rep;
+    size_t x, y, at;
+    delta_replay_step_begin(r);
+    CHECK(delta_replay_alloc_key(r, 2 * U, 0, 1, &x) == DELTA_OK);
+    CHECK(delta_replay_alloc_key(r, 3 * U, 0, 2, &y) == DELTA_OK);
+    CHECK(delta_replay_release_key(r, x, 1, 1) == DELTA_OK);
+    CHECK(delta_replay_release_key(r, y, 1, 2) == DELTA_OK);
+    delta_replay_step_end(r, &rep);
+    CHECK(rep.planned && !rep.plan_exceeds_capacity);
+    delta_replay_step_begin(r);
+    CHECK(delta_replay_peek(r, 3 * U, 0, 2, &at) == DELTA_REPLAY_PLANNED);
+    CHECK(delta_replay_peek(r, 2 * U, 0, 3, &at) == DELTA_REPLAY_ONLINE,
+          "no plan entry for key 3");
+    CHECK(delta_replay_peek(r, 4 * U, 0, 2, &at) == DELTA_REPLAY_ONLINE,
+          "another size");
+    CHECK(delta_replay_peek(r, 3 * U, -1, 2, &at) == DELTA_REPLAY_AHEAD,
+          "before its op");
+    size_t y2, x2;
+    CHECK(delta_replay_alloc_key(r, 3 * U, 0, 2, &y2) == DELTA_OK && y2 == at);
+    CHECK(delta_replay_alloc_key(r, 2 * U, 0, 1, &x2) == DELTA_OK);
+    CHECK(delta_replay_release_key(r, y2, 1, 2) == DELTA_OK);
+    /* a move keeps the block's place in the trace */
+    size_t x3 = x2 < 8 * U ? 12 * U : 0;
+    CHECK(delta_replay_move(r, x2, x3) == DELTA_OK);
+    CHECK(delta_replay_move(r, x2, x3) == DELTA_ERR_INVALID_ARG);
+    CHECK(delta_replay_release_key(r, x3, 1, 1) == DELTA_OK);
+    /* an untraced block (stays for good) takes the lowest best fit */
+    size_t keep;
+    CHECK(delta_replay_alloc_untraced(r, U, &keep) == DELTA_OK);
+    delta_replay_step_end(r, &rep);
+    CHECK(rep.replayed && rep.n_replayed == 2 && rep.n_allocs == 2,
+          "reordered step replayed %d (%d of %d)", rep.replayed,
+          rep.n_replayed, rep.n_allocs);
+    /* the untraced block is an obstacle now: planned around */
+    CHECK(rep.planned && !rep.plan_exceeds_capacity);
+    delta_replay_step_begin(r);
+    delta_replay_next nx = delta_replay_peek(r, 2 * U, 0, 1, &at);
+    CHECK(nx == DELTA_REPLAY_PLANNED && (at >= keep + U || at + 2 * U <= keep),
+          "planned around the untraced block: %d at %zu", nx, at);
+    delta_replay_step_end(r, &rep);
+    delta_replay_free(r);
+
+    /* BUSY: z reuses x's bytes in the plan; a step that still holds x when
+     * z comes is told so, and an allocation then deviates */
+    r = delta_replay_new(16 * U, 16, NULL, 0);
+    size_t z;
+    for (int s = 0; s < 2; s++) {
+        delta_replay_step_begin(r);
+        CHECK(delta_replay_alloc_key(r, 2 * U, 0, 1, &x) == DELTA_OK);
+        if (s == 0) CHECK(delta_replay_release_key(r, x, 0, 1) == DELTA_OK);
+        nx = delta_replay_peek(r, 2 * U, 1, 3, &at);
+        CHECK(s == 0 ? nx == DELTA_REPLAY_ONLINE
+                     : nx == DELTA_REPLAY_BUSY && at == x,
+              "step %d: %d", s, nx);
+        CHECK(delta_replay_alloc_key(r, 2 * U, 1, 3, &z) == DELTA_OK &&
+              (s == 0 || z != x));
+        if (s == 1) CHECK(delta_replay_release_key(r, x, 1, 1) == DELTA_OK);
+        CHECK(delta_replay_release_key(r, z, 2, 3) == DELTA_OK);
+        delta_replay_step_end(r, &rep);
+        if (s == 1)
+            CHECK(!rep.replayed && rep.deviation_at == 1 && rep.planned);
+    }
+    CHECK(delta_pool_validate(delta_replay_pool(r)));
+    delta_replay_free(r);
+
+    /* replan around compacted blocks: two kept blocks with a hole between */
+    r = delta_replay_new(8 * U, 16, NULL, 0);
+    size_t p1, p2, p3, a;
+    CHECK(delta_replay_alloc(r, 2 * U, -1, &p1) == DELTA_OK);
+    CHECK(delta_replay_alloc(r, 2 * U, -1, &p2) == DELTA_OK);
+    CHECK(delta_replay_alloc(r, 2 * U, -1, &p3) == DELTA_OK);
+    CHECK(delta_replay_release(r, p2, -1) == DELTA_OK);
+    delta_replay_step_begin(r);
+    CHECK(delta_replay_alloc(r, 2 * U, 0, &a) == DELTA_OK);
+    CHECK(delta_replay_release(r, a, 1) == DELTA_OK);
+    delta_replay_step_end(r, &rep);
+    CHECK(rep.planned && rep.plan_peak_bytes == 6 * U, "plan %zu",
+          rep.plan_peak_bytes);
+    CHECK(delta_replay_replan(r, true, &rep) && rep.plan_peak_bytes == 6 * U &&
+          !rep.plan_exceeds_capacity);
+    CHECK(delta_replay_move(r, p3, 2 * U) == DELTA_OK);
+    delta_replay_step_begin(r);
+    CHECK(delta_replay_peek(r, 2 * U, 0, -1, &at) == DELTA_REPLAY_PLANNED &&
+          at == 4 * U, "planned above the compacted blocks: %zu", at);
+    CHECK(delta_replay_alloc(r, 2 * U, 0, &a) == DELTA_OK && a == 4 * U);
+    CHECK(delta_replay_release(r, a, 1) == DELTA_OK);
+    delta_replay_step_end(r, &rep);
+    CHECK(rep.replayed && !rep.planned, "kept");
+    CHECK(delta_pool_validate(delta_replay_pool(r)));
+    delta_replay_free(r);
+}
+
 /* ---- caching emulation --------------------------------------------------- */
 
 static void test_caching(void) {
@@ -755,6 +884,7 @@ int main(void) {
     TEST_RUN(test_plan_speed);
     TEST_RUN(test_replay);
     TEST_RUN(test_replay_carried);
+    TEST_RUN(test_replay_keys);
     TEST_RUN(test_caching);
     TEST_RUN(test_dry_plan_gpt);
     TEST_RUN(test_dry_plan_convnet);

@@ -78,6 +78,7 @@ bool json_log_step(json_log *l, int64_t step, double loss,
     cJSON_AddNumberToObject(o, "stall_s", st->stall_s);
     cJSON_AddNumberToObject(o, "defrag_moves", st->defrag_moves);
     cJSON_AddNumberToObject(o, "defrag_bytes", (double)st->defrag_bytes);
+    cJSON_AddBoolToObject(o, "replayed", st->replayed);
     cJSON_AddNumberToObject(o, "baseline_peak_bytes",
                             (double)st->baseline_peak_bytes);
     cJSON_AddNumberToObject(o, "min_budget_bytes",

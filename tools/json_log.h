@@ -3,10 +3,10 @@
  * "live_peak_bytes", "swap_out_bytes", "swap_in_bytes", "swap_outs",
  * "swap_ins", "drops", "recomputed_ops", "recompute_s", "stall_s",
  * "defrag_moves", "defrag_bytes", "baseline_peak_bytes",
- * "min_budget_bytes", "budget_bytes"}, the session's figures of that step
- * (delta_step_stats; the dry-plan figures are of that step's shape), and
- * its shape {"batch", "seq_len" (language models only)}; the run ends with
- * {"summary": {...}}. A loss that is
+ * "min_budget_bytes", "budget_bytes", "replayed"}, the session's figures
+ * of that step (delta_step_stats; the dry-plan figures are of that step's
+ * shape), and its shape {"batch", "seq_len" (language models only)}; the
+ * run ends with {"summary": {...}}. A loss that is
  * not meaningful (sim) or not finite is written as null, and so is an
  * unlimited budget. The file is flushed, fsync'd and closed by
  * json_log_close, which reports any write error. */

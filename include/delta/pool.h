@@ -77,6 +77,10 @@ delta_status delta_pool_release(delta_pool *pool, size_t off);
 /* Size of the live block starting at off, or 0 if there is none. */
 size_t delta_pool_block_size(const delta_pool *pool, size_t off);
 
+/* True when every byte of [off, off + rounded bytes) is free and inside
+ * the capacity. O(log n). */
+bool delta_pool_range_free(const delta_pool *pool, size_t off, size_t bytes);
+
 typedef struct delta_pool_stats {
     size_t capacity;        /* usable bytes (rounded down to the alignment) */
     size_t live_bytes;      /* bytes in live blocks now */
@@ -147,6 +151,25 @@ typedef struct delta_plan_stats {
 delta_status delta_plan_place(const delta_plan_block *blocks, int n,
                               size_t *offsets, delta_plan_stats *stats);
 
+/* Other orders for the same greedy placement, for traces where the
+ * default order lands above a limit (replay tries them when a plan does
+ * not fit its capacity): SIZE is delta_plan_place's (largest first, ties
+ * earlier first; smallest gap that holds the block); the others put each
+ * block in the lowest gap that holds it and take blocks largest first with
+ * ties broken by the longest lifetime (SIZE_LONGEST) or the latest end
+ * (SIZE_LATEST), or by size x sqrt(lifetime) (SIZE_SQRT_LIFE). Same
+ * errors and costs as delta_plan_place. */
+typedef enum delta_plan_order {
+    DELTA_PLAN_SIZE = 0,
+    DELTA_PLAN_SIZE_LONGEST,
+    DELTA_PLAN_SIZE_LATEST,
+    DELTA_PLAN_SIZE_SQRT_LIFE,
+} delta_plan_order;
+#define DELTA_PLAN_N_ORDERS 4
+delta_status delta_plan_place_order(const delta_plan_block *blocks, int n,
+                                    delta_plan_order order, size_t *offsets,
+                                    delta_plan_stats *stats);
+
 /* Only the lower bound (max over time points of rounded bytes alive), with
  * the time point in *at (may be NULL). O(n log n). SIZE_MAX if host memory
  * for its scratch runs out. */
@@ -163,9 +186,15 @@ size_t delta_plan_max_live(const delta_plan_block *blocks, int n, int *at);
  * At step end the trace is planned: the blocks still live then stay where
  * they are (fixed, alive the whole next step) and every allocation of the
  * step gets an offset, with lifetimes measured in alloc/free events (so the
- * plan is exact for the recorded order and never tighter than it). On the
- * next step, the k-th allocation takes its planned offset when its rounded
- * size equals the k-th planned size and the range is free; at the first
+ * plan is exact for the recorded order and never tighter than it). The
+ * planner's default order is tried first and, when its peak exceeds the
+ * capacity, the other orders (delta_plan_place_order), the lowest peak
+ * winning. On the next step, the
+ * k-th allocation takes its planned offset when its rounded size equals
+ * the k-th planned size and the range is free (with keys, below: the n-th
+ * allocation of a key takes the plan's n-th allocation of that key, so a
+ * step that makes the same allocations in a slightly different order,
+ * a copy landing one op later, still follows its plan); at the first
  * mismatch the rest of the step is served online, in the same occupancy
  * structure, and the step is planned again from its own trace. A plan whose
  * peak exceeds the capacity is not used (reported; online goes on). A fully
@@ -173,7 +202,20 @@ size_t delta_plan_max_live(const delta_plan_block *blocks, int n, int *at);
  * plan assumed; otherwise it is planned again.
  *
  * Allocations made outside begin/end (persistent tensors placed before the
- * first step) are served online and not recorded; they simply stay live. */
+ * first step) are served online and not recorded; they simply stay live.
+ *
+ * Keys (optional, the *_key calls): a caller that names what each block
+ * holds (key >= 0, e.g. a tensor id; -1 for nothing in particular) gets
+ * two things. Replay matches allocations by key (above) as well as size.
+ * And lifetimes across the step boundary: a block live at the end of a
+ * step that was allocated during it, whose key's earlier block was
+ * released during the step at event e, is planned as released at event e
+ * of the next step too (a tensor brought back late in every step and sent
+ * away early in the next), not as an obstacle for the whole next step; its
+ * next allocation is pinned where it sits now when that fits, so a
+ * repeating step ends with the same blocks in the same places and keeps
+ * its plan. Blocks live at the end with no such release stay obstacles
+ * for the whole next step, as without keys. */
 typedef struct delta_replay delta_replay;
 
 /* Report of one step, filled by delta_replay_step_end. */
@@ -187,6 +229,8 @@ typedef struct delta_replay_step {
     int deviation_at;       /* index of the first unplanned allocation, or
                                -1 */
     int deviation_op;       /* the op it came from, or -1 */
+    bool repeated;          /* the same allocations (sizes, keys, order)
+                               as the step before (by a 64-bit hash) */
     bool planned;           /* a new plan was made at the end of this step */
     size_t plan_peak_bytes; /* peak of the plan for the next step (0 when
                                none was made) */
@@ -213,8 +257,63 @@ void delta_replay_step_begin(delta_replay *r);
 delta_status delta_replay_alloc(delta_replay *r, size_t bytes, int op,
                                 size_t *off);
 delta_status delta_replay_release(delta_replay *r, size_t off, int op);
+/* As delta_replay_alloc / delta_replay_release with the block's key (see
+ * above); key -1 is the plain call. */
+delta_status delta_replay_alloc_key(delta_replay *r, size_t bytes, int op,
+                                    int key, size_t *off);
+delta_status delta_replay_release_key(delta_replay *r, size_t off, int op,
+                                      int key);
+
+/* What the next delta_replay_alloc_key(r, bytes, ., key, .) would do, with
+ * nothing changed: ONLINE when no plan applies (outside a step, not
+ * replaying, or the plan has no further allocation of this key, or one of
+ * another size); PLANNED when it takes its planned offset (*off); BUSY
+ * when the plan applies (*off) but part of that range is in use, so an
+ * allocation now would deviate: a caller may first release what the
+ * recorded step had released by then (a copy that has not landed yet) and
+ * ask again; AHEAD when the plan has it (*off) but the recorded step made
+ * it at a later op than op: taking it now (an allocation does when its
+ * range is free) may take bytes planned for others until then, so an
+ * optional allocation (a prefetch) had better wait. */
+typedef enum delta_replay_next {
+    DELTA_REPLAY_ONLINE = 0,
+    DELTA_REPLAY_PLANNED,
+    DELTA_REPLAY_BUSY,
+    DELTA_REPLAY_AHEAD,
+} delta_replay_next;
+delta_replay_next delta_replay_peek(const delta_replay *r, size_t bytes,
+                                    int op, int key, size_t *off);
+/* True inside a step that has followed its plan so far. */
+bool delta_replay_replaying(const delta_replay *r);
+
+/* An allocation inside a step that is not part of its trace (a block that
+ * will stay live for good, placed online like those placed before the
+ * first step): online best fit, not recorded, the plan left as it is.
+ * Failures as delta_replay_alloc. */
+delta_status delta_replay_alloc_untraced(delta_replay *r, size_t bytes,
+                                         size_t *off);
+
+/* Moves the live block at `from` to `to` (a caller compacting its arena
+ * copies the bytes itself): the block keeps its identity in the step's
+ * trace, so a move is not an event and the plan made from the trace is
+ * the same as without it. [to, to + size) must be free apart from the
+ * block's own range. DELTA_ERR_INVALID_ARG when no live block starts at
+ * from, DELTA_ERR_BUDGET when the destination is not free (nothing
+ * changes then). */
+delta_status delta_replay_move(delta_replay *r, size_t from, size_t to);
 /* Ends the step, plans if needed; report may be NULL. */
 void delta_replay_step_end(delta_replay *r, delta_replay_step *report);
+/* Between steps: plans the last step's trace again around the blocks live
+ * now, replacing the plan; with compacted, around the places they would
+ * have if they slid down to the bottom of the arena in offset order (a
+ * caller whose plan did not fit asks whether compacting the blocks that
+ * stay would make it fit, and if so moves them there, with
+ * delta_replay_move in offset order, before the next step). Updates
+ * report's plan fields (planned, plan_peak_bytes, plan_max_live_bytes,
+ * plan_exceeds_capacity, and adds plan_seconds). false, with no plan
+ * left, when there is no recorded step or planning failed. */
+bool delta_replay_replan(delta_replay *r, bool compacted,
+                         delta_replay_step *report);
 const char *delta_replay_error(const delta_replay *r);
 
 /* ---- PyTorch caching-allocator emulation (comparison only) --------------- */

@@ -12,6 +12,7 @@
  * small constant (a 24-byte record per visited block). */
 #include "delta/pool.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,16 +23,31 @@ typedef struct placed {
 } placed;
 
 typedef struct order_key {
-    size_t size;
-    int first, idx;
+    double key;   /* larger first */
+    int tie, idx; /* then smaller tie, then lower index */
 } order_key;
 
-/* Largest first; ties: earlier first time point, then lower index. */
 static int cmp_order(const void *a, const void *b) {
     const order_key *x = a, *y = b;
-    if (x->size != y->size) return x->size > y->size ? -1 : 1;
-    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->tie != y->tie) return x->tie < y->tie ? -1 : 1;
     return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static order_key key_of(const delta_plan_block *b, int i, size_t s,
+                        delta_plan_order order) {
+    int life = b[i].last - b[i].first;
+    switch (order) {
+    case DELTA_PLAN_SIZE_LONGEST:
+        return (order_key){(double)s, -life, i};
+    case DELTA_PLAN_SIZE_LATEST:
+        return (order_key){(double)s, -b[i].last, i};
+    case DELTA_PLAN_SIZE_SQRT_LIFE:
+        return (order_key){(double)s * sqrt((double)life + 1), 0, i};
+    case DELTA_PLAN_SIZE:
+    default:
+        return (order_key){(double)s, b[i].first, i};
+    }
 }
 
 typedef struct live_event {
@@ -107,7 +123,14 @@ static void insert_placed(placed *p, int *n, placed r) {
 
 delta_status delta_plan_place(const delta_plan_block *b, int n,
                               size_t *offsets, delta_plan_stats *stats) {
+    return delta_plan_place_order(b, n, DELTA_PLAN_SIZE, offsets, stats);
+}
+
+delta_status delta_plan_place_order(const delta_plan_block *b, int n,
+                                    delta_plan_order order, size_t *offsets,
+                                    delta_plan_stats *stats) {
     double t0 = now_s();
+    bool best_fit = order == DELTA_PLAN_SIZE;
     if (stats) memset(stats, 0, sizeof *stats);
     if (n < 0) return DELTA_ERR_INVALID_ARG;
     int n_free = 0;
@@ -139,13 +162,13 @@ delta_status delta_plan_place(const delta_plan_block *b, int n,
                                               b[i].last});
             if (off + s > peak) peak = off + s;
         } else {
-            ord[k++] = (order_key){s, b[i].first, i};
+            ord[k++] = key_of(b, i, s, order);
         }
     }
     qsort(ord, (size_t)n_free, sizeof *ord, cmp_order);
     for (k = 0; k < n_free; k++) {
         int i = ord[k].idx;
-        size_t s = ord[k].size;
+        size_t s = delta_pool_round(b[i].size);
         int first = b[i].first, last = b[i].last;
         size_t top = 0, best_off = 0, best_gap = SIZE_MAX;
         for (int j = 0; j < n_pl; j++) {
@@ -153,7 +176,8 @@ delta_status delta_plan_place(const delta_plan_block *b, int n,
             if (q->last < first || q->first > last) continue;
             if (q->off > top) {
                 size_t gap = q->off - top;
-                if (gap >= s && gap < best_gap) {
+                if (gap >= s && gap < best_gap &&
+                    (best_fit || best_gap == SIZE_MAX)) {
                     best_gap = gap;
                     best_off = top;
                 }

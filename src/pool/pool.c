@@ -417,6 +417,15 @@ size_t delta_pool_block_size(const delta_pool *p, size_t off) {
     return N(x).size;
 }
 
+bool delta_pool_range_free(const delta_pool *p, size_t off, size_t bytes) {
+    size_t size = delta_pool_round(bytes);
+    if (size == SIZE_MAX || off >= p->capacity || size > p->capacity - off)
+        return false;
+    /* free neighbours merge, so a free range is one block */
+    uint32_t f = find_floor(p, off);
+    return f != NIL && !N(f).used && N(f).off + N(f).size >= off + size;
+}
+
 /* End of the highest live block: the arena is tiled and free neighbours
  * merge, so it is the last block's end if that one is live, else its
  * start. */
@@ -453,6 +462,14 @@ void delta_pool_for_each_live(const delta_pool *p,
                               void *user) {
     for (uint32_t x = extreme(p, T_ADDR, 0); x != NIL; x = N(x).next)
         if (N(x).used) fn(N(x).off, N(x).size, user);
+}
+
+void delta_pool_for_each_live_tagged(const delta_pool *p,
+                                     void (*fn)(size_t off, size_t size,
+                                                uint64_t tag, void *user),
+                                     void *user) {
+    for (uint32_t x = extreme(p, T_ADDR, 0); x != NIL; x = N(x).next)
+        if (N(x).used) fn(N(x).off, N(x).size, N(x).tag, user);
 }
 
 /* ---- validation ---------------------------------------------------------- */

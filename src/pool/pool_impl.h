@@ -16,4 +16,10 @@ delta_status delta_pool_alloc_at_tagged(delta_pool *pool, size_t off,
 delta_status delta_pool_release_tagged(delta_pool *pool, size_t off,
                                        uint64_t *tag);
 
+/* As delta_pool_for_each_live, with each block's tag. */
+void delta_pool_for_each_live_tagged(const delta_pool *pool,
+                                     void (*fn)(size_t off, size_t size,
+                                                uint64_t tag, void *user),
+                                     void *user);
+
 #endif

@@ -67,6 +67,8 @@ size_t managed_arena_bytes(const managed *m) { return m->arena; }
 int64_t managed_steps_done(const managed *m) { return m->steps_done; }
 delta_plan_cache *managed_plan_cache(const managed *m) { return m->plans; }
 uint64_t managed_program_key(const managed *m) { return m->program_key; }
+size_t managed_layout_peak(const managed *m) { return m->layout_peak; }
+bool managed_replayed(const managed *m) { return m->replayed; }
 
 /* latency + bytes / bandwidth fitted to f's samples; the nominal link
  * until two sizes were seen (one size: the nominal latency, the measured
@@ -161,6 +163,10 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     delta_pool_reset_peaks(m->pool);
     double t0 = managed_now(m);
     m->cur_op = -1;
+    /* a training step is a replay step (residency.c, "Layout"); forward and
+     * eval runs are placed online and leave the plan alone */
+    bool traced = mode == DELTA_RUN_STEP;
+    if (traced) delta_replay_step_begin(m->rp);
     if (m->pol->begin_step) m->pol->begin_step(m->pst, m, step, m->fwd_only);
     bool ok = m->fail_st == DELTA_OK;
     for (int i = 0; ok && i < c->n_ops; i++) {
@@ -184,6 +190,43 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     }
     m->cur_op = -1;
     if (ok) mg_drain(m); /* a step ends when its copies have landed */
+    delta_replay_step rep = {0};
+    if (traced) {
+        delta_replay_step_end(m->rp, &rep);
+        /* the plan peaks above the budget: the blocks that stay (persistent
+         * tensors, scattered by the step's moves) may be in its way; when
+         * planning around them slid to the bottom fits, slide them there
+         * (moves of this step) and keep that plan. Only the first time or
+         * when the step repeated the one before: a policy whose steps
+         * differ would deviate from the plan anyway */
+        if (!rep.repeated) m->whatif_over = 0;
+        if (ok && rep.planned && rep.plan_exceeds_capacity &&
+            (rep.repeated || !m->compacted_once) && !mg_compacted(m)) {
+            delta_replay_step re = rep;
+            if (m->whatif_over) { /* the same step did not fit compacted */
+                re.plan_peak_bytes = m->whatif_over;
+            } else if (delta_replay_replan(m->rp, true, &re) &&
+                       !re.plan_exceeds_capacity) {
+                mg_compact(m);
+                m->compacted_once = true;
+                rep = re;
+            } else if (re.planned) {
+                m->whatif_over = re.plan_peak_bytes;
+            }
+            if (rep.plan_exceeds_capacity && re.planned &&
+                re.plan_peak_bytes < rep.plan_peak_bytes)
+                rep.plan_peak_bytes = re.plan_peak_bytes; /* what it takes */
+        }
+        m->replayed = rep.replayed;
+        if (rep.planned) m->layout_peak = rep.plan_peak_bytes;
+        else if (!rep.replayed) m->layout_peak = 0; /* no plan at all */
+        if (ok && rep.plan_exceeds_capacity && m->pol->on_event) {
+            delta_pool_stats ps;
+            delta_pool_get_stats(m->pool, &ps);
+            m->pol->on_event(m->pst, m, -1, MEV_LAYOUT_OVER,
+                             (double)(rep.plan_peak_bytes - ps.capacity));
+        }
+    }
     if (m->pol->end_step) m->pol->end_step(m->pst, m, ok);
     double t1 = managed_now(m);
     if (!ok || m->fail_st != DELTA_OK) {
@@ -200,6 +243,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         stats->step_s = t1 - t0;
         stats->peak_device_bytes = ps.peak_address;
         stats->live_peak_bytes = ps.peak_live_bytes;
+        stats->replayed = traced && rep.replayed;
     }
     return DELTA_OK;
 }
@@ -246,7 +290,7 @@ void managed_free(managed *m) {
     for (int r = 0; r < m->nt && m->host; r++)
         if (m->host[r]) delta_backend_host_free(m->b, m->host[r]);
     if (m->arena_made) delta_backend_arena_destroy(m->b);
-    delta_pool_free(m->pool);
+    delta_replay_free(m->rp);
     free(m->is_root);
     free(m->rv);
     free(m->acc_start);
@@ -262,6 +306,8 @@ void managed_free(managed *m) {
     free(m->is_temp);
     free(m->scratch);
     free(m->gaps);
+    free(m->gap_off);
+    free(m->dest);
     free(m->moved);
     free(m->op_s);
     free(m->op_measured);
@@ -340,12 +386,14 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->is_temp = calloc(n1, sizeof(bool));
     m->scratch = calloc(n1, sizeof(mg_slot));
     m->gaps = calloc(2 * n1 + 2, sizeof(size_t));
+    m->gap_off = calloc(2 * n1 + 2, sizeof(size_t));
+    m->dest = calloc(n1, sizeof(size_t));
     m->moved = calloc(n1, sizeof(bool));
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
         !m->host || !m->ev || !m->free_after || !m->inflight || !m->temps || !m->is_temp || !m->scratch ||
-        !m->gaps || !m->moved ||
+        !m->gaps || !m->gap_off || !m->dest || !m->moved ||
         !m->op_s || !m->op_measured)
         goto nomem;
     for (int i = 0; i < nt; i++) {
@@ -391,8 +439,9 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
         m->rv[r].droppable = false;
     }
     char perr[256];
-    m->pool = delta_pool_new(o->budget, nt + no + 2, perr, sizeof perr);
-    if (!m->pool) goto nomem;
+    m->rp = delta_replay_new(o->budget, nt + no + 2, perr, sizeof perr);
+    if (!m->rp) goto nomem;
+    m->pool = delta_replay_pool(m->rp);
     *status = delta_backend_arena_create(b, o->budget, &m->base);
     if (*status != DELTA_OK) {
         snprintf(err, err_len, "cannot create a device arena of %zu bytes",
@@ -413,7 +462,9 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
         const delta_tensor *t = ctx->tensors[i];
         root_view *v = &m->rv[i];
         void *p;
-        if (delta_pool_alloc(m->pool, v->bytes, &m->off[i]) == DELTA_OK) {
+        /* outside any step: online, not recorded */
+        if (delta_replay_alloc_key(m->rp, v->bytes, -1, i, &m->off[i]) ==
+            DELTA_OK) {
             m->in_use += v->bytes;
             v->state = RES_DEVICE;
             p = m->base ? (char *)m->base + m->off[i] : NULL;

@@ -3,10 +3,12 @@
  * before an op runs its inputs are made resident (waited for when a copy
  * is in flight, swapped in from the host store, or recomputed from their
  * producers, recursively), its outputs and workspace are allocated from a
- * pool of exactly the budget, and when an allocation does not fit the
- * runtime first collects finished swap-outs, then compacts the arena when
- * the free bytes suffice but no gap does, then waits for swap-outs in
- * flight, and only then asks the policy for victims to swap out or drop.
+ * pool of exactly the budget (at the offsets the lifetime planner gave the
+ * previous step when the step repeats it: "Layout" below), and when an
+ * allocation does not fit the runtime first collects finished swap-outs,
+ * then compacts the arena when the free bytes suffice but no gap does
+ * (online steps only), then waits for swap-outs in flight, and only then
+ * asks the policy for victims to swap out or drop.
  *
  * A policy (policy_ops) decides; this runtime acts. Policies see the
  * program, every root's state and accesses, measured op times and the
@@ -65,6 +67,14 @@ typedef enum managed_event {
     MEV_LATE,        /* an op needed r and had to wait for it (wait_s:
                         seconds compute stalled; r was in flight, on the
                         host, or dropped) */
+    MEV_LAYOUT_OVER, /* after a training step, before end_step: the
+                        lifetime planner's placement of the step just run
+                        peaks above the budget, so the next step is placed
+                        online (with compaction moves) rather than
+                        replayed. r is -1 and the last argument is the
+                        excess in bytes (plan peak - budget): a planned
+                        policy may tighten its memory target by that much
+                        and plan again (see "Layout" below) */
 } managed_event;
 
 /* A policy: a function table. Only name, create, destroy are required. */
@@ -138,6 +148,25 @@ int64_t managed_steps_done(const managed *m);
 delta_plan_cache *managed_plan_cache(const managed *m);
 uint64_t managed_program_key(const managed *m);
 
+/* Layout. Every training step is recorded (its allocations and releases
+ * in order) and placed as a whole by the lifetime planner; the next step
+ * takes those offsets while it makes the same allocations (size and root),
+ * so a repeating step has no fragmentation and never moves blocks; a step
+ * that deviates (other decisions) goes on online from the deviation and is
+ * planned again from its own trace (residency.c explains the details,
+ * including how moves and replay mix). A plan that does not fit the budget
+ * is not used: the next step is online, and the policy hears
+ * MEV_LAYOUT_OVER. A planned policy keeps its decisions' peak some way
+ * under the budget: a step whose live bytes fill the arena (an online step
+ * that evicts only when an allocation fails) rarely has a placement that
+ * fits, since the online allocator got there by moving blocks.
+ *
+ * managed_layout_peak: the peak address of the last plan made (above the
+ * budget when it did not fit), 0 when none was. managed_replayed: the last
+ * training step took every allocation from its plan. */
+size_t managed_layout_peak(const managed *m);
+bool managed_replayed(const managed *m);
+
 /* ---- actions ----------------------------------------------------------- */
 /* Starts copying r (RES_DEVICE, unpinned) to the host store on the to-host
  * stream; its device bytes are released once the copy is complete (at the
@@ -147,7 +176,9 @@ uint64_t managed_program_key(const managed *m);
 bool managed_swap_out(managed *m, int r);
 /* Starts copying r (RES_HOST) back on the to-device stream into device
  * bytes taken without evicting anything; ops that need r wait for the copy.
- * false (and nothing done) when r is not on the host or no gap fits. */
+ * false (and nothing done) when r is not on the host or no gap fits, and,
+ * in a step that follows its planned layout, when the plan has no such
+ * prefetch at this op or its bytes are still in use (try again later). */
 bool managed_prefetch(managed *m, int r);
 /* Drops r (RES_DEVICE, droppable, unpinned). false when it cannot be. */
 bool managed_drop(managed *m, int r);

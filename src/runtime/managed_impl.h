@@ -20,7 +20,8 @@ struct managed {
     void *pst;
     size_t arena;
     void *base;                /* arena base; NULL on sim */
-    delta_pool *pool;
+    delta_replay *rp;          /* every device allocation (residency.c) */
+    delta_pool *pool;          /* rp's occupancy: stats and queries only */
     bool arena_made;
     int nt, no;
     bool *is_root;
@@ -44,7 +45,8 @@ struct managed {
     int n_temps;
     bool *is_temp;
     mg_slot *scratch;          /* live blocks by offset (making a gap) */
-    size_t *gaps;              /* free ranges (making a gap) */
+    size_t *gaps, *gap_off;    /* free ranges (making a gap) */
+    size_t *dest;              /* per scratch slot: where it moves */
     bool *moved;               /* per scratch slot (making a gap) */
     size_t in_use;             /* device bytes held */
     double *op_s;              /* per op: last measured seconds */
@@ -55,6 +57,11 @@ struct managed {
     bool fwd_only;
     delta_kernel_env env;
     delta_step_stats st;       /* of the run in progress */
+    bool replayed;             /* the last training step replayed fully */
+    size_t layout_peak;        /* peak of the last plan made, 0 none */
+    bool compacted_once;       /* the arena was compacted for a plan */
+    size_t whatif_over;        /* peak of the plan around compacted blocks
+                                  that did not fit either (this trace) */
     struct link_fit {          /* least-squares sums of measured copies */
         double n, sx, sy, sxx, sxy;
     } lk[2];                   /* [0] to host, [1] to device */
@@ -76,6 +83,12 @@ bool mg_reap(managed *m);
 /* Frees the recomputed temporaries no running op holds; true when any
  * bytes were released. */
 bool mg_free_temps(managed *m);
+/* Between runs, with no copy in flight: slides every live block down to
+ * the bottom of the arena (device-side moves, counted); false when they
+ * already sit there. */
+bool mg_compact(managed *m);
+/* The live blocks tile the bottom of the arena. */
+bool mg_compacted(managed *m);
 /* Waits for every copy in flight and collects them. */
 void mg_drain(managed *m);
 void mg_trace_memory(managed *m);

@@ -3,6 +3,51 @@
  * the policy), swap out and in on the copy streams, drop, recompute, and
  * running one op with its operands made resident.
  *
+ * Layout. Every device allocation goes through one delta_replay (the pool's
+ * replay, include/delta/pool.h), keyed by root id (n_tensors + op id for a
+ * workspace), with the op being run as its op. A training step
+ * (DELTA_RUN_STEP) is one replay step: its allocations and releases
+ * (outputs, workspace, swap-ins on demand, prefetches at op boundaries,
+ * swap-outs released when they land, drops, frees at last use,
+ * recomputations) are its trace; at its end the lifetime planner places
+ * the whole trace, and the next step gives each allocation the offset
+ * planned for the same root's same occurrence while it makes the same
+ * allocations. Outside training steps (persistent tensors placed at
+ * creation, forward and eval runs) allocation is online and unrecorded; so
+ * is the first production of a tensor that then stays for good (the loss,
+ * the caller's outputs), which the next plan sees as an obstacle.
+ *
+ * Moves and replay: moves happen only in online mode. A step that follows
+ * its plan never makes a gap: its planned ranges are free by construction
+ * whenever it repeats the recorded step. When a planned range is busy
+ * anyway (BUSY), the runtime first does what the recorded step had done by
+ * then, without moving anything: collects landed copies and recomputed
+ * temporaries and waits for the swap-outs whose bytes are in the way (a
+ * copy landing later than in the recorded step: a stall, but the step stays
+ * on its plan). If the bytes in use leave no room for the allocation at
+ * all, the recorded step necessarily evicted here too, so the usual
+ * remedies run (waiting for swap-outs, then the policy's victims), still
+ * without moves. Only when none of that frees the range, or the plan has
+ * no such allocation, is the allocation a deviation: from there on the
+ * step is online, where making a gap (moving blocks) is allowed as before,
+ * and the step is planned again from its own trace. Moved blocks keep
+ * their identity in the trace (delta_replay_move), so a step with moves
+ * still plans the next one exactly. A prefetch in a step that follows its
+ * plan is made only where the plan has it (its range free, not at an
+ * earlier op than recorded); otherwise it is refused and the policy may
+ * try again, so an optional copy never breaks a replay nor takes bytes
+ * planned for others. Both guarantees stay: the pool is exactly the budget
+ * and checks every range, so a plan is only ever an offset suggestion, and
+ * bytes never depend on where a tensor sits.
+ *
+ * When the plan of a step peaks above the budget, managed_run asks what
+ * the plan would be with the blocks that stay slid to the bottom of the
+ * arena (online moves scatter persistent tensors); if that fits, it
+ * compacts them (moves counted in that step) and keeps that plan; it tries
+ * this the first time and whenever the step repeated the one before it.
+ * Otherwise the plan is not used: the next step runs online, and the
+ * policy hears MEV_LAYOUT_OVER with the excess (managed.h).
+ *
  * Ordering. The to-host stream waits for the compute stream before it
  * reads a tensor a kernel wrote; the to-device stream waits for it before
  * it writes bytes a kernel may have used; compute waits for a swap-in's
@@ -45,16 +90,24 @@ void mg_trace_memory(managed *m) {
 
 /* ---- pool ---------------------------------------------------------------- */
 
-static bool pool_take(managed *m, size_t bytes, size_t *off) {
-    if (delta_pool_alloc(m->pool, bytes, off) != DELTA_OK) return false;
+/* A block for `key` (a root, or nt + op for workspace) through the replay: its planned
+ * offset while the step follows its plan, else online best fit. untraced:
+ * a block that stays for good, kept out of the step's trace. */
+static bool pool_take(managed *m, size_t bytes, int key, bool untraced,
+                      size_t *off) {
+    delta_status st =
+        untraced ? delta_replay_alloc_untraced(m->rp, bytes, off)
+                 : delta_replay_alloc_key(m->rp, bytes, m->cur_op, key, off);
+    if (st != DELTA_OK) return false;
     m->in_use += delta_pool_round(bytes);
     mg_trace_memory(m);
     return true;
 }
 
-static void pool_give(managed *m, size_t off) {
+static void pool_give(managed *m, size_t off, int key) {
     size_t n = delta_pool_block_size(m->pool, off);
-    DELTA_ASSERT(n > 0 && delta_pool_release(m->pool, off) == DELTA_OK);
+    DELTA_ASSERT(n > 0 &&
+                 delta_replay_release_key(m->rp, off, m->cur_op, key) == DELTA_OK);
     m->in_use -= n;
     mg_trace_memory(m);
 }
@@ -98,7 +151,7 @@ static bool land(managed *m, int r) {
     DELTA_ASSERT(v->state == RES_TO_HOST);
     if (m->pins[r] > 0) return false;
     copy_done(m, r, true);
-    pool_give(m, m->off[r]);
+    pool_give(m, m->off[r], r);
     if (m->free_after[r]) {
         m->free_after[r] = false;
         v->state = RES_FREE;
@@ -158,7 +211,8 @@ void mg_drain(managed *m) {
  * window of `need` bytes, starting at a gap, whose overlapping blocks are
  * fewest bytes, those blocks moving to gaps outside it (best fit, largest
  * first, checked before anything moves). Otherwise every block slides down
- * to the bottom of the arena. */
+ * to the bottom of the arena. Only in online mode (see the top): the pool
+ * side of each move is delta_replay_move, so the trace is unchanged. */
 
 static int cmp_offset(const void *a, const void *b) {
     size_t x = ((const mg_slot *)a)->off, y = ((const mg_slot *)b)->off;
@@ -184,6 +238,8 @@ static size_t slot_end(const managed *m, const mg_slot *s) {
 
 static void move_block(managed *m, int r, size_t to) {
     size_t sz = m->rv[r].bytes;
+    DELTA_ASSERTF(delta_replay_move(m->rp, m->off[r], to) == DELTA_OK,
+                  "a checked move did not fit: %s", delta_replay_error(m->rp));
     delta_backend_copy(m->b, DELTA_STREAM_COMPUTE,
                        m->base ? (char *)m->base + to : NULL,
                        m->base ? (char *)m->base + m->off[r] : NULL, sz);
@@ -195,20 +251,17 @@ static void move_block(managed *m, int r, size_t to) {
 /* Every block slides down, in offset order (so dst < src never overwrites
  * a block not yet moved). */
 static void compact_all(managed *m, int n) {
-    for (int k = 0; k < n; k++)
-        DELTA_ASSERT(delta_pool_release(m->pool, m->scratch[k].off) == DELTA_OK);
     size_t at = 0;
     for (int k = 0; k < n; k++) {
         int r = m->scratch[k].r;
-        DELTA_ASSERT(delta_pool_alloc_at(m->pool, at, m->rv[r].bytes) == DELTA_OK);
         if (at != m->off[r]) move_block(m, r, at);
         at += m->rv[r].bytes;
     }
 }
 
 /* Would blocks [k, j) of the sorted list fit, largest first and best fit,
- * in the gaps outside [lo, hi)? The pool places the same way, so a yes here
- * is a yes there. Uses m->gaps as scratch. */
+ * in the gaps outside [lo, hi)? On yes, m->dest[i] holds where block i
+ * goes (the low end of its gap). Uses m->gaps and m->gap_off as scratch. */
 static bool moves_fit(managed *m, int n, int k, int j, size_t lo, size_t hi,
                       size_t cap) {
     int ng = 0;
@@ -218,10 +271,18 @@ static bool moves_fit(managed *m, int n, int k, int j, size_t lo, size_t hi,
         size_t a = prev, b = start;
         /* the part of the gap [a, b) outside [lo, hi) */
         if (b > a) {
-            if (b <= lo || a >= hi) m->gaps[ng++] = b - a;
-            else {
-                if (a < lo) m->gaps[ng++] = lo - a;
-                if (b > hi) m->gaps[ng++] = b - hi;
+            if (b <= lo || a >= hi) {
+                m->gap_off[ng] = a;
+                m->gaps[ng++] = b - a;
+            } else {
+                if (a < lo) {
+                    m->gap_off[ng] = a;
+                    m->gaps[ng++] = lo - a;
+                }
+                if (b > hi) {
+                    m->gap_off[ng] = hi;
+                    m->gaps[ng++] = b - hi;
+                }
             }
         }
         if (i < n) prev = slot_end(m, &m->scratch[i]);
@@ -243,33 +304,20 @@ static bool moves_fit(managed *m, int n, int k, int j, size_t lo, size_t hi,
             for (int i = k; i < j; i++) m->moved[i] = false;
             return false;
         }
+        m->dest[big] = m->gap_off[best];
+        m->gap_off[best] += sz;
         m->gaps[best] -= sz;
     }
     for (int i = k; i < j; i++) m->moved[i] = false;
     return true;
 }
 
-/* Moves blocks [k, j) out of [lo, hi): the span is reserved first so best
- * fit puts them outside it, and no new place overlaps an old one. */
-static void evacuate(managed *m, int k, int j, size_t lo, size_t hi) {
-    for (int i = k; i < j; i++)
-        DELTA_ASSERT(delta_pool_release(m->pool, m->scratch[i].off) == DELTA_OK);
-    DELTA_ASSERT(delta_pool_alloc_at(m->pool, lo, hi - lo) == DELTA_OK);
-    for (int done = 0; done < j - k; done++) {
-        int big = -1;
-        for (int i = k; i < j; i++)
-            if (!m->moved[i] && (big < 0 || m->rv[m->scratch[i].r].bytes >
-                                                m->rv[m->scratch[big].r].bytes))
-                big = i;
-        m->moved[big] = true;
-        int r = m->scratch[big].r;
-        size_t to;
-        DELTA_ASSERTF(delta_pool_alloc(m->pool, m->rv[r].bytes, &to) == DELTA_OK,
-                      "a checked move did not fit: %s", delta_pool_error(m->pool));
-        move_block(m, r, to);
-    }
-    for (int i = k; i < j; i++) m->moved[i] = false;
-    DELTA_ASSERT(delta_pool_release(m->pool, lo) == DELTA_OK);
+/* Moves blocks [k, j) out of [lo, hi) to the places moves_fit chose: all
+ * in gaps outside the window, so no new place overlaps an old one. */
+static void evacuate(managed *m, int n, int k, int j, size_t lo, size_t hi,
+                     size_t cap) {
+    DELTA_ASSERT(moves_fit(m, n, k, j, lo, hi, cap));
+    for (int i = k; i < j; i++) move_block(m, m->scratch[i].r, m->dest[i]);
 }
 
 static bool in_flight(const managed *m, int r) {
@@ -324,7 +372,7 @@ static void make_gap(managed *m, size_t need) {
     int k = -1, j = -1;
     size_t lo = 0, hi = 0;
     if (best_window(m, n, need, cap, free_total, &k, &j, &lo, &hi)) {
-        evacuate(m, k, j, lo, hi);
+        evacuate(m, n, k, j, lo, hi, cap);
     } else {
         /* copies in flight are in the way: wait for them (a stall), then
          * slide everything down */
@@ -345,6 +393,29 @@ static void make_gap(managed *m, size_t need) {
                          "defrag", t0, now(m), NULL);
 }
 
+bool mg_compacted(managed *m) {
+    int n = live_by_offset(m);
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        if (m->scratch[k].off != at) return false;
+        at += m->rv[m->scratch[k].r].bytes;
+    }
+    return true;
+}
+
+bool mg_compact(managed *m) {
+    DELTA_ASSERT(m->n_inflight == 0 && m->cur_op < 0);
+    if (mg_compacted(m)) return false;
+    int n = live_by_offset(m);
+    double t0 = now(m);
+    compact_all(m, n);
+    mg_trace_memory(m);
+    if (m->trace)
+        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "defragment arena",
+                         "defrag", t0, now(m), NULL);
+    return true;
+}
+
 /* ---- eviction ------------------------------------------------------------ */
 
 static bool host_buffer(managed *m, int r) {
@@ -361,7 +432,7 @@ bool managed_swap_out(managed *m, int r) {
         return false;
     root_view *v = &m->rv[r];
     if (v->host_valid) { /* the host store already has these bytes */
-        pool_give(m, m->off[r]);
+        pool_give(m, m->off[r], r);
         v->state = RES_HOST;
         notify(m, r, MEV_SWAPPED_OUT, 0);
         return true;
@@ -384,7 +455,7 @@ bool managed_drop(managed *m, int r) {
     if (!m->is_root[r] || m->rv[r].state != RES_DEVICE || m->pins[r] > 0 ||
         !m->rv[r].droppable)
         return false;
-    pool_give(m, m->off[r]);
+    pool_give(m, m->off[r], r);
     m->rv[r].state = RES_DROPPED;
     m->st.drops++;
     if (m->trace)
@@ -409,20 +480,55 @@ static bool wait_oldest(managed *m, residency st) {
     return false;
 }
 
-/* Device bytes for something of `bytes`: see managed.h for the order of
- * remedies when it does not fit. */
-static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
+/* Waits for the oldest unpinned swap-out in flight whose bytes overlap
+ * [at, at + need) and collects it; false when there is none. */
+static bool wait_range(managed *m, size_t at, size_t need) {
+    for (int i = 0; i < m->n_inflight; i++) {
+        int r = m->inflight[i];
+        if (m->rv[r].state != RES_TO_HOST || m->pins[r] > 0) continue;
+        if (m->off[r] >= at + need || m->off[r] + m->rv[r].bytes <= at)
+            continue;
+        wait_copy(m, r);
+        mg_reap(m);
+        return true;
+    }
+    return false;
+}
+
+/* Device bytes for `key` (a root, or nt + op for workspace): see managed.h for the order
+ * of remedies when it does not fit, and the top of this file for how a
+ * planned offset is kept. */
+static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
+                      size_t *off) {
     size_t need = delta_pool_round(bytes);
     for (;;) {
-        if (pool_take(m, bytes, off)) return true;
+        size_t at = 0;
+        delta_replay_next nx =
+            untraced ? DELTA_REPLAY_ONLINE
+                     : delta_replay_peek(m->rp, need, m->cur_op, key, &at);
+        if (nx == DELTA_REPLAY_AHEAD) /* needed now: its slot if free */
+            nx = delta_pool_range_free(m->pool, at, need) ? DELTA_REPLAY_PLANNED
+                                                          : DELTA_REPLAY_BUSY;
+        delta_pool_stats ps;
+        delta_pool_get_stats(m->pool, &ps);
+        bool room = ps.live_bytes + need <= ps.capacity;
+        if (nx == DELTA_REPLAY_BUSY && room) {
+            /* what the recorded step had released by now */
+            if (mg_reap(m) || mg_free_temps(m) || wait_range(m, at, need))
+                continue;
+            nx = DELTA_REPLAY_ONLINE; /* a deviation: online from here */
+        }
+        /* BUSY without room: the recorded step evicted here too; the
+         * remedies below run without taking anything online */
+        bool busy = nx == DELTA_REPLAY_BUSY;
+        if (!busy && pool_take(m, bytes, key, untraced, off)) return true;
         if (m->fail_st != DELTA_OK) return false;
         if (mg_reap(m)) continue;
-        if (m->in_use + need <= m->arena) {
-            delta_pool_stats ps;
+        if (!busy && room && !delta_replay_replaying(m->rp)) {
             delta_pool_get_stats(m->pool, &ps);
-            if (ps.largest_free < need && ps.live_bytes + need <= ps.capacity) {
+            if (ps.largest_free < need) {
                 make_gap(m, need);
-                if (pool_take(m, bytes, off)) return true;
+                if (pool_take(m, bytes, key, untraced, off)) return true;
             }
         }
         if (mg_free_temps(m)) continue;
@@ -476,9 +582,20 @@ static bool dev_alloc(managed *m, size_t bytes, size_t *off) {
 bool managed_prefetch(managed *m, int r) {
     if (!m->is_root[r] || m->rv[r].state != RES_HOST) return false;
     root_view *v = &m->rv[r];
-    if (!pool_take(m, v->bytes, &m->off[r])) {
+    /* while the step follows its plan, a prefetch is made only where the
+     * recorded step made it: not when the plan has none (left) for r, not
+     * ahead of the plan, not into bytes still in use (the policy may try
+     * again at a later op) */
+    if (delta_replay_replaying(m->rp)) {
+        size_t at = 0;
+        delta_replay_next nx = delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at);
+        if (nx == DELTA_REPLAY_BUSY && mg_reap(m))
+            nx = delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at);
+        if (nx != DELTA_REPLAY_PLANNED) return false;
+    }
+    if (!pool_take(m, v->bytes, r, false, &m->off[r])) {
         mg_reap(m);
-        if (!pool_take(m, v->bytes, &m->off[r])) return false;
+        if (!pool_take(m, v->bytes, r, false, &m->off[r])) return false;
     }
     delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
                        delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
@@ -498,7 +615,7 @@ static bool ensure(managed *m, int r);
 static bool swap_in_now(managed *m, int r) {
     root_view *v = &m->rv[r];
     m->pins[r]++;
-    bool ok = dev_alloc(m, v->bytes, &m->off[r]);
+    bool ok = dev_alloc(m, v->bytes, r, false, &m->off[r]);
     m->pins[r]--;
     if (!ok) return false;
     delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
@@ -560,7 +677,7 @@ void mg_free_root(managed *m, int r) {
     root_view *v = &m->rv[r];
     switch (v->state) {
     case RES_DEVICE:
-        pool_give(m, m->off[r]);
+        pool_give(m, m->off[r], r);
         break;
     case RES_TO_HOST: /* released when the copy lands */
         m->free_after[r] = true;
@@ -569,7 +686,7 @@ void mg_free_root(managed *m, int r) {
         wait_copy(m, r);
         inflight_remove(m, r);
         copy_done(m, r, false);
-        pool_give(m, m->off[r]);
+        pool_give(m, m->off[r], r);
         break;
     case RES_HOST:
     case RES_DROPPED:
@@ -637,13 +754,17 @@ static bool make_output(managed *m, int r, bool recompute, bool *temp) {
         if (v->state == RES_TO_DEVICE) return ensure(m, r);
         /* recomputing another output of its producer: a device copy of the
          * same bytes the host store holds */
-        if (!dev_alloc(m, v->bytes, &m->off[r])) return false;
+        if (!dev_alloc(m, v->bytes, r, false, &m->off[r])) return false;
         v->state = RES_DEVICE;
         return true;
     case RES_DROPPED:
     case RES_FREE:
         *temp = recompute && v->state == RES_FREE;
-        if (!dev_alloc(m, v->bytes, &m->off[r])) return false;
+        /* a persistent root's first production: it stays for good, so it
+         * is no part of any step's trace */
+        if (!dev_alloc(m, v->bytes, r, v->persistent && !recompute,
+                       &m->off[r]))
+            return false;
         v->state = RES_DEVICE;
         return true;
     }
@@ -669,7 +790,7 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         ok = make_output(m, roots[op->n_in + j], recompute, &temp[j]);
     size_t ws_off = 0;
     bool ws = ok && op->workspace;
-    if (ws) ws = ok = dev_alloc(m, op->workspace, &ws_off);
+    if (ws) ws = ok = dev_alloc(m, op->workspace, m->nt + op->id, false, &ws_off);
     if (ok) {
         delta_kargs k = {.op = op, .env = &m->env};
         for (int j = 0; j < op->n_in; j++) {
@@ -708,7 +829,7 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         for (int j = 0; j < op->n_out; j++)
             if (back[j]) notify(m, roots[op->n_in + j], MEV_RESIDENT, 0);
     }
-    if (ws) pool_give(m, ws_off);
+    if (ws) pool_give(m, ws_off, m->nt + op->id);
     for (int j = 0; j < nr; j++) m->pins[roots[j]]--;
     if (ok && recompute) {
         /* outputs made only for this and inputs past their last use are
