@@ -827,6 +827,17 @@ static void delta_after(void *pp, managed *m, int op) {
 static void delta_event(void *pp, managed *m, int r, managed_event ev,
                         double wait_s) {
     delta_pol *p = pp;
+    if (ev == MEV_LAYOUT_OVER) {
+        /* the planned layout of this step's allocations does not fit in
+         * addresses although it fits in bytes: tighten the target by the
+         * excess and plan again, so the next plan fits in both */
+        if (!p->guided || p->cur_mode != MODE_PLAN_FULL) return;
+        size_t cap = managed_budget(m) / MARGIN_MAX;
+        size_t grown = p->margin + (size_t)wait_s + DELTA_POOL_ALIGN;
+        p->margin = grown > cap ? cap : grown;
+        p->replan = true;
+        return;
+    }
     delta_policy_dtr.on_event(p->dtr, m, r, ev, wait_s);
     if (ev == MEV_LATE && wait_s > 0 && p->guided && p->root_first[r] >= 0) {
         /* a planned swap-in arrived late: counted, and started earlier at
