@@ -317,6 +317,31 @@ static void range_split(const delta_pol *p, int lo, int hi, ks_eval *e) {
     if (e->lo[1] > e->hi[1]) e->lo[1] = 1, e->hi[1] = 0;
 }
 
+/* A swap whose transfers cannot hide at all (the link is too slow for the
+ * interval): the tensor leaves right after its last access and is fetched
+ * when used, both transfers exposed (the runtime waits for the swap-out
+ * when it needs the bytes, and for the swap-in at the use). Always
+ * possible, so the filter can cover a budget that only moving parameters
+ * or optimizer state can meet, at its true price. */
+static bool price_sync_swap(delta_pol *p, const managed *m, const cand *c,
+                            ks_eval *e, swap_plan *sp) {
+    const root_view *v = managed_root(m, c->r);
+    if (c->b - c->a < 2) return e->feasible = false;
+    sp->out_s = p->t1[c->a];
+    sp->out_e = sp->out_s + sp->d_out;
+    sp->issue = c->b;
+    sp->lo = c->a + 1;
+    sp->in_s = p->t0[c->b];
+    sp->in_e = sp->in_s + sp->d_in;
+    sp->out_deadline = INFINITY;
+    range_split(p, c->a + 1, c->b - 1, e);
+    e->bytes = v->bytes;
+    e->cost = sp->d_out + sp->d_in;
+    e->extra_op = -1;
+    e->extra_bytes = 0;
+    return e->feasible = true;
+}
+
 static bool price_swap(delta_pol *p, const managed *m, const cand *c,
                        ks_eval *e, swap_plan *sp) {
     const root_view *v = managed_root(m, c->r);
@@ -330,9 +355,9 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
     sp->out_s = p->t1[c->a];
     sp->out_e = xfer_try(&p->out, sp->out_s, d_out);
     if (sp->out_e < 0 || !xfer_fits(&p->out, sp->out_s, d_out, p->T))
-        return false;
+        return price_sync_swap(p, m, c, e, sp);
     int lo = op_at_or_after(p, sp->out_e, c->a + 1, c->b);
-    if (lo >= c->b) return false;
+    if (lo >= c->b) return price_sync_swap(p, m, c, e, sp);
     /* in: the latest issuing op whose transfer ends by the next use */
     double dl = p->t0[c->b], cost = 0;
     int issue = op_at_or_after(p, dl - d_in, lo, c->b);
