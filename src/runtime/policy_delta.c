@@ -89,11 +89,6 @@ typedef struct cand {
     swap_plan eval_sp;     /* ... and its transfers, for commit */
 } cand;
 
-typedef struct lock_t {
-    int op;                /* a planned recomputation reads the root here */
-    int next;
-} lock_t;
-
 typedef struct span {
     double s, e;
 } span;
@@ -130,9 +125,6 @@ typedef struct delta_pol {
     int n_c;
     int *root_first;       /* per root: first chosen candidate, -1 */
     stream out, in;
-    lock_t *locks;         /* roots a planned recomputation reads */
-    int *lock_first;       /* per root: its locks (list), -1 */
-    int n_locks, cap_locks;
     int *stamp;            /* per root: chain pricing visits */
     int stamp_now;
     /* the plan, bucketed: chosen candidate ids by after-op and issue-op */
@@ -265,19 +257,11 @@ static presence presence_at(const delta_pol *p, const managed *m, int x,
     return PRESENT;
 }
 
-/* Does a lock (a recomputation reading x at that op) fall inside (a, b)? */
-static bool locked_inside(const delta_pol *p, int x, int a, int b) {
-    for (int k = p->lock_first[x]; k >= 0; k = p->locks[k].next)
-        if (a < p->locks[k].op && p->locks[k].op < b) return true;
-    return false;
-}
-
-/* Seconds to recompute root r at op b, the temporaries it needs, and (when
- * lock) the resident inputs it reads locked there; negative when it cannot
- * be recomputed. An input swapped out at b is fetched on demand (its whole
+/* Seconds to recompute root r at op b and the temporaries it needs;
+ * negative when it cannot be recomputed. An input swapped out at b is fetched on demand (its whole
  * transfer counts). */
 static double chain(delta_pol *p, const managed *m, int r, int b, int depth,
-                    size_t *temps, bool lock) {
+                    size_t *temps) {
     const root_view *v = managed_root(m, r);
     if (!v->droppable || depth > CHAIN_DEPTH) return -1;
     const delta_op *op = &managed_ctx(m)->ops[v->producer];
@@ -288,18 +272,12 @@ static double chain(delta_pol *p, const managed *m, int r, int b, int depth,
         p->stamp[x] = p->stamp_now;
         const root_view *u = managed_root(m, x);
         presence pr = presence_at(p, m, x, b);
-        if (pr == PRESENT) {
-            if (lock && p->n_locks < p->cap_locks) {
-                p->locks[p->n_locks] = (lock_t){b, p->lock_first[x]};
-                p->lock_first[x] = p->n_locks++;
-            }
-            continue;
-        }
+        if (pr == PRESENT) continue;
         if (pr == SWAPPED_AT) {
             t += managed_link_seconds_dir(m, u->bytes, false);
             continue;
         }
-        double c = chain(p, m, x, b, depth + 1, temps, lock);
+        double c = chain(p, m, x, b, depth + 1, temps);
         if (c < 0) return -1;
         t += c;
         *temps += u->bytes;
@@ -346,7 +324,6 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
                        ks_eval *e, swap_plan *sp) {
     const root_view *v = managed_root(m, c->r);
     e->feasible = false;
-    if (locked_inside(p, c->r, c->a, c->b)) return false;
     double d_out = managed_link_seconds_dir(m, v->bytes, true);
     double d_in = managed_link_seconds_dir(m, v->bytes, false);
     sp->d_out = d_out;
@@ -398,13 +375,12 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
 static bool price_drop(delta_pol *p, const managed *m, const cand *c,
                        ks_eval *e) {
     const root_view *v = managed_root(m, c->r);
-    if (!v->droppable || c->b >= p->n_ops || c->b - c->a < 2 ||
-        locked_inside(p, c->r, c->a, c->b))
+    if (!v->droppable || c->b >= p->n_ops || c->b - c->a < 2)
         return false;
     p->stamp_now++;
     p->stamp[c->r] = p->stamp_now;
     size_t temps = 0;
-    double t = chain(p, m, c->r, c->b, 0, &temps, false);
+    double t = chain(p, m, c->r, c->b, 0, &temps);
     if (t < 0) return false;
     range_split(p, c->a + 1, c->b - 1, e);
     e->bytes = v->bytes;
@@ -474,8 +450,6 @@ static void free_plan(delta_pol *p) {
     free(p->t1);
     free(p->excess);
     free(p->c);
-    free(p->locks);
-    p->locks = NULL;
     free(p->out.v);
     free(p->in.v);
     free(p->rel_start);
@@ -543,10 +517,7 @@ static bool plan_build(delta_pol *p, managed *m, mode md) {
         if (v) n_acc += (size_t)v->n_acc + 2;
     }
     p->c = malloc(sizeof(cand) * (n_acc + 1));
-    p->cap_locks = (int)(4 * n_acc + 16);
-    p->locks = malloc(sizeof(lock_t) * (size_t)p->cap_locks);
-    p->n_locks = 0;
-    if (!p->t0 || !p->t1 || !p->excess || !p->c || !p->locks) return false;
+    if (!p->t0 || !p->t1 || !p->excess || !p->c) return false;
     /* timeline, unrolled over two steps */
     double t = 0;
     for (int i = 0; i < n; i++) {
@@ -587,7 +558,7 @@ static bool plan_build(delta_pol *p, managed *m, mode md) {
         if (v->persistent && v->n_acc > 0)
             add_cand(p, r, v->acc[v->n_acc - 1], v->acc[0] + n);
     }
-    for (int r = 0; r < nr; r++) p->root_first[r] = p->lock_first[r] = -1;
+    for (int r = 0; r < nr; r++) p->root_first[r] = -1;
     eval_ctx x = {p, m, md == MODE_PLAN_FREE};
     ks_problem kp = {p->n_c, n, p->excess, eval_cand, commit_cand, &x};
     ks_result res;
@@ -700,15 +671,13 @@ static void *delta_create(managed *m) {
     p->stamp = calloc((size_t)p->n_roots + 1, sizeof(int));
     p->pending = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
     p->advance = calloc((size_t)p->n_roots + 1, sizeof(int));
-    p->lock_first = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
     p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
     if (p->ema && p->plan_t) memo_load(p, m);
     if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
-        !p->advance || !p->lock_first || !p->dtr) {
+        !p->advance || !p->dtr) {
         if (p->dtr) delta_policy_dtr.destroy(p->dtr);
         free(p->advance);
-        free(p->lock_first);
         free(p->ema);
         free(p->plan_t);
         free(p->root_first);
@@ -730,7 +699,6 @@ static void delta_destroy(void *pp) {
     free(p->stamp);
     free(p->pending);
     free(p->advance);
-    free(p->lock_first);
     free(p);
 }
 
