@@ -139,7 +139,10 @@ typedef struct delta_pol {
     int64_t steps;
     void *dtr;             /* the online filter's h^eq state */
     mode cur_mode, prev_mode, plan_mode;
-    double mode_s[MODE_COUNT]; /* last measured step per mode, 0: untried */
+    double mode_s[MODE_COUNT]; /* last steady step per mode, 0: untried */
+    double best_s[MODE_COUNT];     /* best steady step per mode ... */
+    size_t best_margin[MODE_COUNT]; /* ... and the margin it had */
+    bool frozen;           /* the margin stopped growing (it cost more) */
     double step_t0;
     bool guided;           /* the current step follows a plan */
     int dbg_nogap;
@@ -747,19 +750,33 @@ static void delta_end(void *pp, managed *m, bool ok) {
     }
     /* the step as compute saw it (kernels, recomputations, stalls), kept
      * for its mode when it was a steady step of that mode */
+    bool slower = false;
     if (!p->have_times || p->prev_mode == p->cur_mode) {
         mode k = p->have_times ? p->cur_mode : MODE_ONLINE;
         double t = managed_now(m) - p->step_t0;
-        /* the mode's figure: its last steady step, but a re-planned mode
-         * that got slower keeps competing with its new time only */
-        p->mode_s[k] = t;
+        /* a mode's figure is its best steady step, with the margin that
+         * gave it; a re-plan that made it slower is undone below */
+        if (p->best_s[k] <= 0 || t < p->best_s[k]) {
+            p->best_s[k] = t;
+            p->best_margin[k] = p->margin;
+        } else if (t > 1.01 * p->best_s[k] && p->margin != p->best_margin[k]) {
+            slower = true;
+        }
+        p->mode_s[k] = t; /* selection goes by the latest steady step */
     }
     (void)step_s;
     p->have_times = true;
     p->steps++;
     memo_save(p, m);
     if (!p->guided) return;
-    if (p->online_victims > 0 && p->cur_mode == MODE_PLAN_FULL) {
+    if (slower) {
+        /* a tighter target cost more than the online help it saved: back to
+         * the best one, and no more tightening */
+        p->margin = p->best_margin[p->cur_mode];
+        p->frozen = true;
+        p->replan = true;
+    } else if (p->online_victims > 0 && p->cur_mode == MODE_PLAN_FULL &&
+               !p->frozen) {
         /* the plan fell short: a tighter target next time */
         size_t cap = managed_budget(m) / MARGIN_MAX;
         p->margin = p->margin * 2 > cap ? cap : p->margin * 2;
@@ -767,9 +784,11 @@ static void delta_end(void *pp, managed *m, bool ok) {
     }
     if (total > 0 && drift / total > DRIFT) {
         p->replan = true;
+        p->frozen = false;
         /* the planned modes are measured again; the online one keeps its
          * figure (a profile is not repeated) */
-        for (int k = MODE_PLAN_FULL; k < MODE_COUNT; k++) p->mode_s[k] = 0;
+        for (int k = MODE_PLAN_FULL; k < MODE_COUNT; k++)
+            p->mode_s[k] = p->best_s[k] = 0;
     }
     if (getenv("DELTA_DEBUG_PLAN"))
         fprintf(stderr, "end step: mode %d %.4f s, online victims %d, drift %.3f, late %d, margin %zu, no gap %d\n",
@@ -824,7 +843,7 @@ static void delta_event(void *pp, managed *m, int r, managed_event ev,
         /* the planned layout of this step's allocations does not fit in
          * addresses although it fits in bytes: tighten the target by the
          * excess and plan again, so the next plan fits in both */
-        if (!p->guided || p->cur_mode != MODE_PLAN_FULL) return;
+        if (!p->guided || p->cur_mode != MODE_PLAN_FULL || p->frozen) return;
         size_t cap = managed_budget(m) / MARGIN_MAX;
         size_t grown = p->margin + (size_t)wait_s + DELTA_POOL_ALIGN;
         p->margin = grown > cap ? cap : grown;
