@@ -28,6 +28,8 @@ static void commit(void *user, int k, const ks_eval *e) {
     ((inst *)user)->chosen[k] = true;
 }
 
+static void uncommit(void *user, int k) { ((inst *)user)->chosen[k] = false; }
+
 /* Least total cost of a subset covering every op's excess, or -1. */
 static double exact(const inst *in) {
     double best = -1;
@@ -77,7 +79,7 @@ static void test_greedy_against_exact(void) {
         random_instance(&in);
         double opt = exact(&in);
         inst g = in;
-        ks_problem p = {g.n, g.ops, g.excess, eval, commit, &g};
+        ks_problem p = {g.n, g.ops, g.excess, eval, commit, uncommit, &g};
         ks_result r;
         CHECK(ks_solve(&p, &r));
         bool covered = r.worst_excess <= 0;
@@ -119,7 +121,7 @@ static void test_free_first_and_nothing_when_fitting(void) {
     }
     int64_t ex[] = {5, 8, 8, 5};
     for (int i = 0; i < 4; i++) in.excess[i] = ex[i];
-    ks_problem p = {in.n, in.ops, in.excess, eval, commit, &in};
+    ks_problem p = {in.n, in.ops, in.excess, eval, commit, uncommit, &in};
     ks_result r;
     CHECK(ks_solve(&p, &r));
     CHECK(in.chosen[1] && !in.chosen[0] && !in.chosen[2] && r.cost == 0,
@@ -127,7 +129,7 @@ static void test_free_first_and_nothing_when_fitting(void) {
     inst f = in;
     for (int i = 0; i < 4; i++) f.excess[i] = -1;
     for (int k = 0; k < 3; k++) f.chosen[k] = false;
-    ks_problem q = {f.n, f.ops, f.excess, eval, commit, &f};
+    ks_problem q = {f.n, f.ops, f.excess, eval, commit, uncommit, &f};
     CHECK(ks_solve(&q, &r) && r.chosen == 0, "nothing chosen when it fits");
 }
 

@@ -55,10 +55,46 @@ static bool any_excess(const ks_problem *p) {
     return false;
 }
 
+/* Drops chosen items, most expensive first, while the cover holds without
+ * them. */
+static void clean_up(ks_problem *p, ks_result *res, int *ids,
+                     ks_eval *ev, int n) {
+    for (int done = 0; done < n; done++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && (best < 0 || ev[i].cost > ev[best].cost)) best = i;
+        if (best < 0 || ev[best].cost <= 0) return;
+        ks_eval *e = &ev[best];
+        int64_t b = (int64_t)e->bytes;
+        bool needed = false;
+        for (int r = 0; r < 2 && !needed; r++)
+            for (int i = e->lo[r]; i <= e->hi[r] && !needed; i++) {
+                int64_t extra = i == e->extra_op ? (int64_t)e->extra_bytes : 0;
+                needed = p->excess[i] + b - extra > 0;
+            }
+        int k = ids[best];
+        ids[best] = -1;
+        if (needed) continue;
+        for (int r = 0; r < 2; r++)
+            for (int i = e->lo[r]; i <= e->hi[r]; i++) p->excess[i] += b;
+        if (e->extra_op >= 0) p->excess[e->extra_op] -= (int64_t)e->extra_bytes;
+        p->uncommit(p->user, k);
+        res->chosen--;
+        res->cost -= e->cost;
+    }
+}
+
 bool ks_solve(ks_problem *p, ks_result *res) {
     *res = (ks_result){0};
     node *h = malloc(sizeof *h * ((size_t)p->n_items + 1));
-    if (!h) return false;
+    int *ids = malloc(sizeof(int) * ((size_t)p->n_items + 1));
+    ks_eval *chosen = malloc(sizeof(ks_eval) * ((size_t)p->n_items + 1));
+    if (!h || !ids || !chosen) {
+        free(h);
+        free(ids);
+        free(chosen);
+        return false;
+    }
     int n = 0;
     for (int k = 0; k < p->n_items; k++) {
         ks_eval e;
@@ -91,10 +127,15 @@ bool ks_solve(ks_problem *p, ks_result *res) {
             for (int i = e.lo[r]; i <= e.hi[r]; i++) p->excess[i] -= b;
         if (e.extra_op >= 0) p->excess[e.extra_op] += (int64_t)e.extra_bytes;
         p->commit(p->user, top.k, &e);
+        ids[res->chosen] = top.k;
+        chosen[res->chosen] = e;
         res->chosen++;
         res->cost += e.cost;
     }
+    if (p->uncommit) clean_up(p, res, ids, chosen, res->chosen);
     free(h);
+    free(ids);
+    free(chosen);
     res->worst_excess = INT64_MIN;
     for (int i = 0; i < p->n_ops; i++)
         if (p->excess[i] > res->worst_excess) res->worst_excess = p->excess[i];

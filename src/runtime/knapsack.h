@@ -12,8 +12,11 @@
  * excess falls, so stale values are upper bounds). Costs may change as
  * items are chosen (a swap's exposed time depends on the link's occupancy):
  * the caller re-evaluates an item through a callback, which may also add
- * load (a recomputation's temporaries at its op). tests/test_knapsack.c
- * compares the greedy with an exact solver on small instances. */
+ * load (a recomputation's temporaries at its op). A clean-up pass then
+ * drops chosen items, most expensive first, whose bytes the cover no
+ * longer needs (greedy picks made redundant by later ones).
+ * tests/test_knapsack.c compares it with an exact solver on small
+ * instances. */
 #ifndef DELTA_KNAPSACK_H
 #define DELTA_KNAPSACK_H
 
@@ -38,12 +41,15 @@ typedef struct ks_eval {
 typedef void (*ks_eval_fn)(void *user, int k, ks_eval *out);
 /* Item k was chosen with evaluation e (the caller records its decision). */
 typedef void (*ks_commit_fn)(void *user, int k, const ks_eval *e);
+/* Item k, chosen earlier, is dropped again: the cover holds without it. */
+typedef void (*ks_uncommit_fn)(void *user, int k);
 
 typedef struct ks_problem {
     int n_items, n_ops;
     int64_t *excess;      /* per op, updated in place as items are chosen */
     ks_eval_fn eval;
     ks_commit_fn commit;
+    ks_uncommit_fn uncommit; /* NULL: no clean-up pass */
     void *user;
 } ks_problem;
 

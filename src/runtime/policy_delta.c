@@ -446,6 +446,14 @@ static void commit_cand(void *user, int k, const ks_eval *e) {
     p->root_first[c->r] = k;
 }
 
+/* The clean-up pass found c redundant: it is not released after all. Its
+ * transfers stay in the planned queues, which only makes the estimates of
+ * the others conservative. */
+static void uncommit_cand(void *user, int k) {
+    eval_ctx *x = user;
+    x->p->c[k].how = HOW_NONE;
+}
+
 /* ---- the plan ------------------------------------------------------------ */
 
 static void free_plan(delta_pol *p) {
@@ -563,7 +571,8 @@ static bool plan_build(delta_pol *p, managed *m, mode md) {
     }
     for (int r = 0; r < nr; r++) p->root_first[r] = -1;
     eval_ctx x = {p, m, md == MODE_PLAN_FREE};
-    ks_problem kp = {p->n_c, n, p->excess, eval_cand, commit_cand, &x};
+    ks_problem kp = {p->n_c, n, p->excess, eval_cand, commit_cand,
+                     uncommit_cand, &x};
     ks_result res;
     if (!ks_solve(&kp, &res)) return false;
     if (getenv("DELTA_DEBUG_PLAN")) {
