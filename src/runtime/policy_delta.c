@@ -39,11 +39,18 @@
  * (retried each op until the deadline when no gap fits), recomputation on
  * demand at the next use (compute is serial, so just in time is on time).
  *
+ * Modes. A step runs online, on the full plan, or on the plan's hidden
+ * swaps with the rest left to the online filter; each planned mode is
+ * measured on a steady step and the fastest is kept.
+ *
  * Re-planning. Op times keep being measured; delta plans again when the
- * measured step drifts more than 20% from the one planned for, when a
- * guided step needed online releases (the target is tightened first) or a
- * prefetch kept arriving late. A new shape is a new program and session,
- * so it gets its own profile and plan.
+ * measured step drifts more than 20% from the one planned for, and when a
+ * planned step needed online releases or its layout did not fit in
+ * addresses (the target is tightened first; a tightening that made the
+ * mode slower is undone). Late swap-ins are started earlier at the next
+ * plan. A new shape is a new program and session; the plan cache keeps
+ * delta's measurements per program, so a shape seen before skips the
+ * profile.
  *
  * Not done here (yet): filling the compute stream's idle time while it
  * waits for a transfer with recomputation issued ahead. */
@@ -749,10 +756,9 @@ static void delta_end(void *pp, managed *m, bool ok) {
     if (delta_policy_dtr.end_step) delta_policy_dtr.end_step(p->dtr, m, ok);
     if (!ok || managed_fwd_only(m)) return;
     /* fold this step's measurements in; drift decides re-planning */
-    double drift = 0, total = 0, step_s = 0;
+    double drift = 0, total = 0;
     for (int i = 0; i < p->n_ops; i++) {
         double t = managed_op_seconds(m, i);
-        step_s += t;
         p->ema[i] = p->have_times ? (1 - EMA) * p->ema[i] + EMA * t : t;
         drift += fabs(p->ema[i] - p->plan_t[i]);
         total += p->plan_t[i];
@@ -773,7 +779,6 @@ static void delta_end(void *pp, managed *m, bool ok) {
         }
         p->mode_s[k] = t; /* selection goes by the latest steady step */
     }
-    (void)step_s;
     p->have_times = true;
     p->steps++;
     memo_save(p, m);
