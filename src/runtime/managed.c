@@ -180,8 +180,8 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
             int id = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
             int r = delta_tensor_root(c, id);
             const root_view *v = &m->rv[r];
-            int end = m->fwd_only ? m->end_fwd[r] : v->last_use;
-            if (!v->persistent && end == i && v->state != RES_FREE)
+            if (!v->persistent && mg_last_needed(m, r) == i &&
+                v->state != RES_FREE)
                 mg_free_root(m, r);
         }
         mg_free_temps(m);

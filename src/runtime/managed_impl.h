@@ -72,6 +72,13 @@ struct managed {
     uint64_t program_key;      /* delta_program_key(ctx) */
 };
 
+/* The last op of the current run that needs non-persistent root r: its
+ * last read in a training step, its last forward read (or producer) in a
+ * forward-only run. */
+static inline int mg_last_needed(const managed *m, int r) {
+    return m->fwd_only ? m->end_fwd[r] : m->rv[r].last_use;
+}
+
 /* residency.c */
 bool mg_failf(managed *m, delta_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -679,6 +679,19 @@ static void memo_load(delta_pol *p, managed *m) {
 
 /* ---- hooks --------------------------------------------------------------- */
 
+static void delta_destroy(void *pp) {
+    delta_pol *p = pp;
+    free_plan(p);
+    if (p->dtr) delta_policy_dtr.destroy(p->dtr);
+    free(p->ema);
+    free(p->plan_t);
+    free(p->root_first);
+    free(p->stamp);
+    free(p->pending);
+    free(p->advance);
+    free(p);
+}
+
 static void *delta_create(managed *m) {
     delta_pol *p = calloc(1, sizeof *p);
     if (!p) return NULL;
@@ -692,34 +705,15 @@ static void *delta_create(managed *m) {
     p->advance = calloc((size_t)p->n_roots + 1, sizeof(int));
     p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
-    if (p->ema && p->plan_t) memo_load(p, m);
     if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
         !p->advance || !p->dtr) {
-        if (p->dtr) delta_policy_dtr.destroy(p->dtr);
-        free(p->advance);
-        free(p->ema);
-        free(p->plan_t);
-        free(p->root_first);
-        free(p->stamp);
-        free(p->pending);
-        free(p);
+        delta_destroy(p);
         return NULL;
     }
+    memo_load(p, m);
     return p;
 }
 
-static void delta_destroy(void *pp) {
-    delta_pol *p = pp;
-    free_plan(p);
-    delta_policy_dtr.destroy(p->dtr);
-    free(p->ema);
-    free(p->plan_t);
-    free(p->root_first);
-    free(p->stamp);
-    free(p->pending);
-    free(p->advance);
-    free(p);
-}
 
 /* Which way the next training step runs: online first (the profile), then
  * each planned mode until it has been measured in a steady step (the step

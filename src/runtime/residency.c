@@ -700,9 +700,7 @@ void mg_free_root(managed *m, int r) {
 }
 
 static bool dead(const managed *m, int r) {
-    if (m->rv[r].persistent) return false;
-    int end = m->fwd_only ? m->end_fwd[r] : m->rv[r].last_use;
-    return end < m->cur_op;
+    return !m->rv[r].persistent && mg_last_needed(m, r) < m->cur_op;
 }
 
 static void hold_temp(managed *m, int r) {
