@@ -527,6 +527,70 @@ static void test_open_errors(void) {
 
 /* ---- writing errors ---------------------------------------------------- */
 
+/* A save that fails at any stage (the test hook DELTA_TEST_SAVE_FAIL
+ * makes each one fail as with EIO) leaves the previous file as it was and
+ * no temporary; a failed directory sync comes after the rename, so the new
+ * file is in place and the message says what is at risk. A stale
+ * temporary, even a link planted at its name, is replaced, not followed. */
+static void test_write_failure_keeps_previous(void) {
+    char path[300], tmp[320], victim[300];
+    snprintf(path, sizeof path, "%s/atomic.safetensors", tmpdir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(victim, sizeof victim, "%s/victim", tmpdir);
+    float old_v[2] = {1, 2}, new_v[2] = {3, 4};
+    delta_st_entry eo = {"v", "F32", 1, {2}, old_v};
+    delta_st_entry en = {"v", "F32", 1, {2}, new_v};
+    char err[512] = "";
+    CHECK(delta_st_write(path, &eo, 1, NULL, 0, err, sizeof err) == DELTA_OK,
+          "%s", err);
+    size_t n0 = 0;
+    unsigned char *before = read_all(path, &n0);
+    const char *stages[] = {"create", "write", "fsync", "rename"};
+    for (int i = 0; i < 4; i++) {
+        setenv("DELTA_TEST_SAVE_FAIL", stages[i], 1);
+        delta_status st = delta_st_write(path, &en, 1, NULL, 0, err,
+                                         sizeof err);
+        unsetenv("DELTA_TEST_SAVE_FAIL");
+        size_t n1 = 0;
+        unsigned char *after = read_all(path, &n1);
+        CHECK(st == DELTA_ERR_IO && strstr(err, "Input/output error") &&
+                  strstr(err, "is unchanged"),
+              "failing at %s: status %d, '%s'", stages[i], st, err);
+        CHECK(after && n1 == n0 && !memcmp(before, after, n0),
+              "failing at %s changed the previous file", stages[i]);
+        CHECK(!file_exists(tmp), "failing at %s left %s", stages[i], tmp);
+        free(after);
+    }
+    setenv("DELTA_TEST_SAVE_FAIL", "dirsync", 1);
+    delta_status st = delta_st_write(path, &en, 1, NULL, 0, err, sizeof err);
+    unsetenv("DELTA_TEST_SAVE_FAIL");
+    CHECK(st == DELTA_ERR_IO && strstr(err, "cannot sync its directory"),
+          "dirsync: status %d, '%s'", st, err);
+    delta_st_file *f = delta_st_open(path, NULL, NULL, 0);
+    const delta_st_tensor *t = f ? delta_st_find(f, "v") : NULL;
+    CHECK(t && ((const float *)t->data)[0] == 3, "dirsync: the new file "
+          "should be in place");
+    delta_st_close(f);
+
+    FILE *vf = fopen(victim, "wb");
+    if (vf) {
+        fputs("keep me", vf);
+        fclose(vf);
+    }
+    CHECK(symlink(victim, tmp) == 0, "symlink");
+    CHECK(delta_st_write(path, &eo, 1, NULL, 0, err, sizeof err) == DELTA_OK,
+          "over a stale temporary: %s", err);
+    size_t nv = 0;
+    unsigned char *vb = read_all(victim, &nv);
+    CHECK(vb && nv == 7 && !memcmp(vb, "keep me", 7),
+          "the link at the temporary's name was followed");
+    CHECK(!file_exists(tmp), "%s left behind", tmp);
+    free(vb);
+    free(before);
+    unlink(victim);
+    unlink(path);
+}
+
 static void test_write_missing_dir(void) {
     char path[300];
     snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", tmpdir);
@@ -727,6 +791,7 @@ int main(void) {
     TEST_RUN(test_bad_metadata);
     TEST_RUN(test_open_errors);
     TEST_RUN(test_write_missing_dir);
+    TEST_RUN(test_write_failure_keeps_previous);
     TEST_RUN(test_write_rejects_bad_entries);
     TEST_RUN(test_truncated_sweep);
     TEST_RUN(test_random_mutations);

@@ -57,8 +57,13 @@ const delta_st_tensor *delta_st_find(const delta_st_file *f, const char *name);
 const char *delta_st_metadata(const delta_st_file *f, const char *key);
 
 /* Writing: describe tensors, then write them in one call. Names must be
- * unique and non-empty. The file is written to path + ".tmp", flushed,
- * fsync'd and renamed over path, so a crash never leaves a torn file. */
+ * unique and non-empty. The file is written to path + ".tmp" (a stale one
+ * from a killed run is replaced), flushed, fsync'd and renamed over path,
+ * and path's directory is fsync'd, so a crash or a power cut leaves either
+ * the previous file or the new one, never a torn file. On failure
+ * (DELTA_ERR_IO) the temporary is removed and the previous file is
+ * unchanged, except when only the final directory sync failed (the
+ * message says so). Test hooks: docs/CHECKPOINTS.md. */
 typedef struct delta_st_entry {
     const char *name;
     const char *st_dtype;  /* "F32", "I32", ... */

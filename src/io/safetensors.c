@@ -8,7 +8,7 @@
  *
  * Writing builds the header with cJSON in the caller's order, pads it with
  * spaces to a multiple of 8 bytes (as the reference writer does) and writes
- * path.tmp, fsyncs it and renames it over path. */
+ * path.tmp, fsyncs it, renames it over path and fsyncs the directory. */
 #include "delta/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -815,6 +815,111 @@ static bool write_all(FILE *fp, const void *p, size_t n) {
     return n == 0 || fwrite(p, 1, n, fp) == n;
 }
 
+/* ---- test hooks ------------------------------------------------------------
+ * Crash and failure tests need a save to stop at a known point; these read
+ * the environment once per save and cost nothing otherwise (documented in
+ * docs/CHECKPOINTS.md):
+ *   DELTA_TEST_SAVE_PAUSE=N  the process's N-th save (1-based) stops after
+ *                            writing the header and half of the data, says
+ *                            so on stderr and sleeps until it is killed;
+ *   DELTA_TEST_SAVE_FAIL=S   every save fails at stage S (create, write,
+ *                            fsync, rename or dirsync) as if with EIO. */
+static _Atomic int saves_begun;
+
+static void test_hook_pause(int save_no, const char *tmp) {
+    const char *v = getenv("DELTA_TEST_SAVE_PAUSE");
+    if (!v || atoi(v) != save_no) return;
+    fprintf(stderr, "delta: DELTA_TEST_SAVE_PAUSE: paused in save %d, "
+            "writing %s\n", save_no, tmp);
+    fflush(stderr);
+    for (;;) pause();
+}
+
+static bool test_hook_fail(const char *stage) {
+    const char *v = getenv("DELTA_TEST_SAVE_FAIL");
+    if (!v || strcmp(v, stage) != 0) return false;
+    errno = EIO;
+    return true;
+}
+
+/* fsyncs the directory that holds path, so the rename itself survives a
+ * power cut. File systems that cannot sync a directory (EINVAL) are
+ * taken as done. */
+static bool sync_parent_dir(const char *path) {
+    if (test_hook_fail("dirsync")) return false;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    if (!dir) return false;
+    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0) return false;
+    bool ok = fsync(fd) == 0 || errno == EINVAL;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return ok;
+}
+
+/* Writes the file's bytes to tmp (any stale tmp of a killed run is
+ * replaced), fsyncs it and renames it over path, then syncs the directory.
+ * On failure returns the failed stage and sets *e to its errno; tmp is
+ * removed, and path is untouched unless only the directory sync failed
+ * (the rename is done then). */
+static const char *write_file(const char *path, const char *tmp,
+                              const unsigned char *len8, const char *hdr,
+                              size_t hlen, size_t padded,
+                              const delta_st_entry *entries,
+                              const size_t *sizes, int n, int *e) {
+    static const char spaces[8] = "        ";
+    int save_no = ++saves_begun;
+    /* O_EXCL after the unlink: a planted link at tmp is never followed */
+    if (unlink(tmp) != 0 && errno != ENOENT) {
+        *e = errno;
+        return "remove the stale";
+    }
+    int fd = test_hook_fail("create")
+                 ? -1
+                 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!fp) {
+        *e = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return "create";
+    }
+    const char *what = NULL;
+    bool ok = write_all(fp, len8, 8) && write_all(fp, hdr, hlen) &&
+              write_all(fp, spaces, padded - hlen);
+    for (int i = 0; ok && i < n; i++) {
+        if (i == n / 2 && fflush(fp) == 0) test_hook_pause(save_no, tmp);
+        ok = write_all(fp, entries[i].data, sizes[i]);
+    }
+    if (n == 0 && fflush(fp) == 0) test_hook_pause(save_no, tmp);
+    if (!ok || test_hook_fail("write")) what = "write";
+    else if (fflush(fp) != 0) what = "flush";
+    else if (test_hook_fail("fsync") || fsync(fileno(fp)) != 0) what = "fsync";
+    if (what) *e = errno;
+    if (fclose(fp) != 0 && !what) {
+        what = "close";
+        *e = errno;
+    }
+    if (!what && (test_hook_fail("rename") || rename(tmp, path) != 0)) {
+        what = "rename";
+        *e = errno;
+    }
+    if (what) {
+        unlink(tmp);
+        return what;
+    }
+    if (!sync_parent_dir(path)) {
+        *e = errno;
+        return "sync the directory of";
+    }
+    return NULL;
+}
+
 delta_status delta_st_write(const char *path, const delta_st_entry *entries,
                             int n, const char *const *meta_kv, int n_meta,
                             char *err, size_t err_len) {
@@ -864,46 +969,22 @@ delta_status delta_st_write(const char *path, const delta_st_entry *entries,
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    static const char spaces[8] = "        ";
-
-    /* The first failing step and its errno name the error. */
-    const char *what = NULL;
     int e = 0;
-    FILE *fp = fopen(tmp, "wb");
-    bool created = fp != NULL;
-    if (!fp) {
-        what = "create";
-        e = errno;
-    } else {
-        bool ok = write_all(fp, len8, 8) && write_all(fp, hdr, hlen) &&
-                  write_all(fp, spaces, padded - hlen);
-        for (int i = 0; ok && i < n; i++)
-            ok = write_all(fp, entries[i].data, sizes[i]);
-        if (!ok) what = "write";
-        else if (fflush(fp) != 0) what = "flush";
-        else if (fsync(fileno(fp)) != 0) what = "fsync";
-        if (what) e = errno;
-        if (fclose(fp) != 0 && !what) {
-            what = "close";
-            e = errno;
-        }
-    }
-    if (!what && rename(tmp, path) != 0) {
-        what = "rename";
-        e = errno;
-    }
-    if (what) {
-        if (strcmp(what, "rename") == 0)
-            set_err(err, err_len, "cannot rename '%s' to '%s': %s", tmp,
-                    path, strerror(e));
-        else
-            set_err(err, err_len, "cannot %s '%s': %s", what, tmp,
-                    strerror(e));
-        if (created) unlink(tmp);
-        st = DELTA_ERR_IO;
-    } else if (err && err_len) {
+    const char *what = write_file(path, tmp, len8, hdr, hlen, padded, entries,
+                                  sizes, n, &e);
+    if (what && !strcmp(what, "rename"))
+        set_err(err, err_len, "cannot rename '%s' to '%s': %s (the "
+                "previous '%s', if any, is unchanged)", tmp, path,
+                strerror(e), path);
+    else if (what && !strcmp(what, "sync the directory of"))
+        set_err(err, err_len, "wrote '%s' but cannot sync its directory: %s "
+                "(the file may not survive a power cut)", path, strerror(e));
+    else if (what)
+        set_err(err, err_len, "cannot %s '%s': %s (the previous '%s', if "
+                "any, is unchanged)", what, tmp, strerror(e), path);
+    else if (err && err_len)
         err[0] = '\0';
-    }
+    if (what) st = DELTA_ERR_IO;
     free(tmp);
     free(hdr);
     free(sizes);
