@@ -36,22 +36,52 @@ static const char *shape_str(const int64_t *shape, int ndim, char *buf,
 
 /* ---- save ----------------------------------------------------------------- */
 
+/* Reads t out of the session into a new buffer (*buf, freed by the caller)
+ * and describes it as entry e under name. */
+static delta_status read_entry(const char *path, delta_session *s,
+                               const delta_tensor *t, const char *name,
+                               delta_st_entry *e, void **buf, char *err,
+                               size_t err_len) {
+    size_t bytes = delta_tensor_bytes(t);
+    *buf = malloc(bytes ? bytes : 1);
+    if (!*buf) {
+        snprintf(err, err_len, "out of memory reading '%s' to save %s",
+                 delta_tensor_name(t), path);
+        return DELTA_ERR_NOMEM;
+    }
+    delta_status st = delta_session_read(s, t, *buf, bytes);
+    if (st != DELTA_OK) {
+        snprintf(err, err_len, "reading '%s' from the device to save %s: %s",
+                 delta_tensor_name(t), path, delta_session_error(s));
+        return st;
+    }
+    e->name = name;
+    e->st_dtype = delta_tensor_dtype(t) == DELTA_I32 ? "I32" : "F32";
+    e->ndim = delta_tensor_ndim(t);
+    for (int d = 0; d < e->ndim; d++) e->shape[d] = delta_tensor_dim(t, d);
+    e->data = *buf;
+    return DELTA_OK;
+}
+
 delta_status checkpoint_save(const char *path, delta_session *s,
                              const delta_ctx *ctx, int n_model_tensors,
-                             const delta_model *m, int64_t step, char *err,
+                             const delta_model *m, int64_t step,
+                             const checkpoint_extra *extra, char *err,
                              size_t err_len) {
     int n_model = 0, n_bn = 0;
+    int n_extra = extra ? extra->n_tensors : 0;
     for (int i = 0; i < n_model_tensors; i++) {
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
         n_model++;
         n_bn += has_suffix(delta_tensor_name(t), ".running_mean");
     }
-    int cap = n_model + n_bn;
+    int cap = n_model + n_bn + n_extra;
     delta_st_entry *e = calloc((size_t)(cap ? cap : 1), sizeof *e);
     void **bufs = calloc((size_t)(cap ? cap : 1), sizeof *bufs);
+    /* num_batches_tracked names, then the extra tensors' prefixed names */
     char (*names)[DELTA_NAME_LEN + 32] =
-        calloc((size_t)(n_bn ? n_bn : 1), sizeof *names);
+        calloc((size_t)(n_bn + n_extra ? n_bn + n_extra : 1), sizeof *names);
     int64_t tracked = step;
     delta_status st = DELTA_OK;
     int n = 0, nb = 0;
@@ -63,26 +93,9 @@ delta_status checkpoint_save(const char *path, delta_session *s,
     for (int i = 0; i < n_model_tensors; i++) {
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
-        size_t bytes = delta_tensor_bytes(t);
-        bufs[n] = malloc(bytes ? bytes : 1);
-        if (!bufs[n]) {
-            snprintf(err, err_len, "out of memory reading '%s' to save %s",
-                     delta_tensor_name(t), path);
-            st = DELTA_ERR_NOMEM;
-            goto done;
-        }
-        st = delta_session_read(s, t, bufs[n], bytes);
-        if (st != DELTA_OK) {
-            snprintf(err, err_len, "reading '%s' from the device to save "
-                     "%s: %s", delta_tensor_name(t), path,
-                     delta_session_error(s));
-            goto done;
-        }
-        e[n].name = delta_tensor_name(t);
-        e[n].st_dtype = delta_tensor_dtype(t) == DELTA_I32 ? "I32" : "F32";
-        e[n].ndim = delta_tensor_ndim(t);
-        for (int d = 0; d < e[n].ndim; d++) e[n].shape[d] = delta_tensor_dim(t, d);
-        e[n].data = bufs[n];
+        st = read_entry(path, s, t, delta_tensor_name(t), &e[n], &bufs[n],
+                        err, err_len);
+        if (st != DELTA_OK) goto done;
         n++;
         const char *name = delta_tensor_name(t);
         if (has_suffix(name, ".running_mean")) {
@@ -95,6 +108,16 @@ delta_status checkpoint_save(const char *path, delta_session *s,
             n++;
             nb++;
         }
+    }
+
+    for (int i = 0; i < n_extra; i++) {
+        const delta_tensor *t = extra->tensors[i];
+        snprintf(names[n_bn + i], sizeof names[n_bn + i], "%s%s",
+                 extra->prefix, delta_tensor_name(t));
+        st = read_entry(path, s, t, names[n_bn + i], &e[n], &bufs[n], err,
+                        err_len);
+        if (st != DELTA_OK) goto done;
+        n++;
     }
 
     /* Metadata: format, model, step, version and the config fields set. */
@@ -117,9 +140,15 @@ delta_status checkpoint_save(const char *path, delta_session *s,
         {"positions", c->positions},
     };
     enum { N_FIELDS = sizeof fields / sizeof fields[0] };
-    const char *kv[2 * (N_FIELDS + 3)];
+    int n_meta = extra ? extra->n_meta : 0;
+    const char **kv = malloc(sizeof *kv * (size_t)(2 * (N_FIELDS + 3 + n_meta)));
     char vals[N_FIELDS][24];
     int nm = 0;
+    if (!kv) {
+        snprintf(err, err_len, "out of memory saving %s", path);
+        st = DELTA_ERR_NOMEM;
+        goto done;
+    }
     kv[2 * nm] = "format", kv[2 * nm + 1] = "delta", nm++;
     kv[2 * nm] = "model", kv[2 * nm + 1] = c->name, nm++;
     kv[2 * nm] = "delta_version", kv[2 * nm + 1] = DELTA_VERSION_STRING, nm++;
@@ -128,8 +157,14 @@ delta_status checkpoint_save(const char *path, delta_session *s,
         snprintf(vals[i], sizeof vals[i], "%" PRId64, fields[i].v);
         kv[2 * nm] = fields[i].key, kv[2 * nm + 1] = vals[i], nm++;
     }
+    for (int i = 0; i < n_meta; i++) {
+        kv[2 * nm] = extra->meta_kv[2 * i];
+        kv[2 * nm + 1] = extra->meta_kv[2 * i + 1];
+        nm++;
+    }
     char sub[512];
     st = delta_st_write(path, e, n, kv, nm, sub, sizeof sub);
+    free(kv);
     if (st != DELTA_OK)
         snprintf(err, err_len, "cannot save the checkpoint %s: %s", path,
                  sub);
@@ -147,6 +182,7 @@ done:
  * for, and need none: bookkeeping buffers and weights tied to others. */
 static bool known_extra(const char *name) {
     return has_suffix(name, ".num_batches_tracked") ||
+           !strncmp(name, "optimizer.", 10) ||
            !strcmp(name, "lm_head.weight") ||
            !strcmp(name, "cls.predictions.decoder.weight") ||
            !strcmp(name, "cls.predictions.decoder.bias") ||
@@ -188,6 +224,18 @@ delta_status checkpoint_load(const char *path, delta_session *s,
                  sub);
         return st != DELTA_OK ? st : DELTA_ERR_IO;
     }
+    st = checkpoint_load_file(f, path, s, ctx, n_model_tensors, m, step, diag,
+                              err, err_len);
+    delta_st_close(f);
+    return st;
+}
+
+delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
+                                  delta_session *s, const delta_ctx *ctx,
+                                  int n_model_tensors, const delta_model *m,
+                                  int64_t *step, FILE *diag, char *err,
+                                  size_t err_len) {
+    delta_status st = DELTA_OK;
     const char *model = m->cfg.name;
     const char *file_model = delta_st_metadata(f, "model");
     int missing = 0, mismatched = 0, listed = 0;
@@ -229,7 +277,6 @@ delta_status checkpoint_load(const char *path, delta_session *s,
                  path, model, missing, missing == 1 ? "" : "s", mismatched,
                  file_model ? " (the file was saved from " : "",
                  file_model ? file_model : "", file_model ? ")" : "");
-        delta_st_close(f);
         return DELTA_ERR_FORMAT;
     }
 
@@ -261,6 +308,5 @@ delta_status checkpoint_load(const char *path, delta_session *s,
                      ft->name, path, delta_session_error(s));
     }
     if (step) *step = file_step(f);
-    delta_st_close(f);
     return st;
 }

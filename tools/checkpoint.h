@@ -3,8 +3,10 @@
  * are torchvision's and Hugging Face's, so the file loads into the PyTorch
  * module with load_state_dict(strict=True). For that, every batch-norm
  * layer also gets torchvision's "<layer>.num_batches_tracked" as an I64
- * scalar (the steps trained). Optimizer state is not saved: a run that
- * loads a checkpoint starts its optimizer afresh.
+ * scalar (the steps trained). A model file holds no optimizer state: a
+ * run that loads one starts its optimizer afresh. A training checkpoint
+ * (resume.h) adds the optimizer's state under "optimizer." names, which
+ * --load ignores without a word.
  *
  * The model's tensors are the PARAM and STATE tensors that
  * delta_model_build made: ids below n_model_tensors (delta_ctx_n_tensors
@@ -19,13 +21,27 @@
 #include <stdio.h>
 
 #include "delta/models.h"
+#include "delta/safetensors.h"
 #include "delta/session.h"
 
-/* Reads the model's tensors out of the session and writes path atomically
- * (path.tmp, fsync, rename). DELTA_OK or a status with a message in err. */
+/* What turns a model file into a training checkpoint (see resume.h):
+ * more tensors, read through the session like the model's and saved under
+ * prefix + their own name, and more metadata (key, value pairs). */
+typedef struct checkpoint_extra {
+    const char *prefix;                 /* e.g. "optimizer." */
+    delta_tensor *const *tensors;
+    int n_tensors;
+    const char *const *meta_kv;         /* 2 * n_meta strings */
+    int n_meta;
+} checkpoint_extra;
+
+/* Reads the model's tensors (and extra's, when not NULL) out of the
+ * session and writes path atomically (path.tmp, fsync, rename, directory
+ * fsync: delta_st_write). DELTA_OK or a status with a message in err. */
 delta_status checkpoint_save(const char *path, delta_session *s,
                              const delta_ctx *ctx, int n_model_tensors,
-                             const delta_model *m, int64_t step, char *err,
+                             const delta_model *m, int64_t step,
+                             const checkpoint_extra *extra, char *err,
                              size_t err_len);
 
 /* Reads path, checks that it holds every model tensor with dtype F32 and
@@ -42,5 +58,12 @@ delta_status checkpoint_load(const char *path, delta_session *s,
                              const delta_ctx *ctx, int n_model_tensors,
                              const delta_model *m, int64_t *step, FILE *diag,
                              char *err, size_t err_len);
+
+/* checkpoint_load of a file already open (path names it in messages). */
+delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
+                                  delta_session *s, const delta_ctx *ctx,
+                                  int n_model_tensors, const delta_model *m,
+                                  int64_t *step, FILE *diag, char *err,
+                                  size_t err_len);
 
 #endif

@@ -82,10 +82,21 @@ static void usage(FILE *f) {
 "                       unthrottled with an unlimited budget, else the\n"
 "                       backend's default (1 byte per 1,000 GEMM flops)\n"
 "  --threads N          CPU threads (default: all cores)\n"
+"  --host-memory SIZE   cap the host store for swapped tensors (e.g. 2GiB;\n"
+"                       default: as much as the host gives); a run that\n"
+"                       needs more stops with a message, exit 1\n"
 "output:\n"
 "  --save FILE          safetensors checkpoint of the trained model\n"
 "                       (PyTorch names; loads with load_state_dict)\n"
 "  --load FILE          start from a checkpoint (delta's or PyTorch's)\n"
+"  --checkpoint-every N save a training checkpoint (parameters, optimizer\n"
+"                       state, step, data position) to the --save file\n"
+"                       every N steps, atomically; the final save is one\n"
+"                       too (docs/CHECKPOINTS.md)\n"
+"  --resume FILE        continue the run of a training checkpoint exactly,\n"
+"                       with the same settings; --steps counts from the\n"
+"                       start of training (a step-5 checkpoint with\n"
+"                       --steps 10 runs steps 6-10)\n"
 "  --json FILE          one JSON object per step and a final summary\n"
 "  --trace FILE         Chrome trace of the run (ops, recomputations,\n"
 "                       copies, device memory) for ui.perfetto.dev or\n"
@@ -122,7 +133,8 @@ enum {
     OPT_MOMENTUM, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE, OPT_THREADS, OPT_SAVE,
     OPT_LOAD, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_BACKEND, OPT_GPU,
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
-    OPT_SEQ_LEN_RANGE, OPT_DROP_LAST,
+    OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
+    OPT_HOST_MEMORY,
 };
 
 static const struct option long_opts[] = {
@@ -162,6 +174,9 @@ static const struct option long_opts[] = {
     {"eval-batches", required_argument, NULL, OPT_EVAL_BATCHES},
     {"seq-len-range", required_argument, NULL, OPT_SEQ_LEN_RANGE},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
     {NULL, 0, NULL, 0},
 };
 
@@ -365,6 +380,17 @@ static int parse_args(int argc, char **argv, train_config *c) {
             break;
         }
         case OPT_DROP_LAST: c->drop_last = true; break;
+        case OPT_CHECKPOINT_EVERY:
+            if (!parse_i64(opt, a, 1, 1000000000, &c->checkpoint_every, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
+        case OPT_RESUME: c->resume = a; break;
+        case OPT_HOST_MEMORY:
+            if (!parse_size(opt, a, &c->host_memory, err, sizeof err))
+                return usage_error("%s", err);
+            c->host_memory_set = true;
+            break;
         default:
             return usage_error("unexpected option '%s'",
                                prev < argc ? argv[prev] : "?");

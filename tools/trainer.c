@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "delta/cpu.h"
 #include "progress.h"
+#include "resume.h"
 
 /* Defaults (documented in cmd_train.c's help). */
 #define DEFAULT_BATCH_IMAGES 64
@@ -311,23 +312,26 @@ static delta_status build_shape(trainer *t, int64_t batch, int64_t seq_len,
         t->optimizer_name = sgd ? "sgd" : "adamw";
         if (sgd) {
             t->lr = c->lr >= 0 ? c->lr : DEFAULT_SGD_LR;
+            t->momentum = c->momentum >= 0 ? c->momentum
+                                           : DEFAULT_SGD_MOMENTUM;
+            t->weight_decay = c->weight_decay >= 0 ? c->weight_decay
+                                                   : DEFAULT_SGD_WEIGHT_DECAY;
             st = delta_optimizer_sgd(ctx, (delta_sgd_opts){
                 .lr = (float)t->lr,
-                .momentum = (float)(c->momentum >= 0 ? c->momentum
-                                                     : DEFAULT_SGD_MOMENTUM),
-                .weight_decay = (float)(c->weight_decay >= 0
-                                            ? c->weight_decay
-                                            : DEFAULT_SGD_WEIGHT_DECAY)});
+                .momentum = (float)t->momentum,
+                .weight_decay = (float)t->weight_decay});
         } else {
             t->lr = c->lr >= 0 ? c->lr : DEFAULT_ADAMW_LR;
+            t->momentum = c->momentum >= 0 ? c->momentum : 0.9;
+            t->weight_decay = c->weight_decay >= 0
+                                  ? c->weight_decay
+                                  : DEFAULT_ADAMW_WEIGHT_DECAY;
             st = delta_optimizer_adamw(ctx, (delta_adamw_opts){
                 .lr = (float)t->lr,
-                .beta1 = (float)(c->momentum >= 0 ? c->momentum : 0.9),
+                .beta1 = (float)t->momentum,
                 .beta2 = 0.999f,
                 .eps = 1e-8f,
-                .weight_decay = (float)(c->weight_decay >= 0
-                                            ? c->weight_decay
-                                            : DEFAULT_ADAMW_WEIGHT_DECAY)});
+                .weight_decay = (float)t->weight_decay});
         }
     }
     if (st != DELTA_OK)
@@ -593,6 +597,9 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         return fail(t, DELTA_ERR_INVALID_ARG, "--trace: delta plan runs "
                     "nothing, so there is nothing to trace; give it to "
                     "delta train");
+    t->saved_step = -1;
+    delta_status st0 = resume_check_options(t);
+    if (st0 != DELTA_OK) return st0;
 
     if (c->save) {
         /* Refuse an unwritable --save now rather than after training. */
@@ -604,6 +611,11 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         if (access(d, W_OK) != 0)
             return fail(t, DELTA_ERR_IO, "--save %s: cannot write into %s: "
                         "%s", c->save, d, strerror(errno));
+        struct stat sb;
+        if (stat(c->save, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return fail(t, DELTA_ERR_IO, "--save %s is a directory; give a "
+                        "file name (e.g. %s/model.safetensors)", c->save,
+                        c->save);
     }
 
     /* The family decides the data: image_size is set for classifiers. */
@@ -714,6 +726,13 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
              "one figure, set against the largest shape" : "; the largest "
              "shape", m->batch, t->image ? "" : " x ",
              t->image ? "" : seq_max_str(t, sub, sizeof sub));
+    if (c->resume) {
+        st = resume_load(t);
+        if (st != DELTA_OK) return st;
+        info(t, "resumed %s at step %" PRId64 "; training steps %" PRId64
+             "..%" PRId64, c->resume, t->start_step, t->start_step + 1,
+             c->steps);
+    }
     return DELTA_OK;
 }
 
@@ -789,7 +808,10 @@ delta_status trainer_train(trainer *t) {
     /* a copy: shapes[] grows (and moves) as new shapes come */
     const delta_model_config main_cfg = t->shapes[0].model.cfg,
                              *m = &main_cfg;
-    int64_t steps = c->steps;
+    /* --steps counts from the start of training: a resumed run does the
+     * rest; its steps are numbered from where it resumed */
+    int64_t first = t->resumed ? t->start_step : 0;
+    int64_t steps = c->steps - first;
     double *times = malloc((size_t)(steps > 0 ? steps : 1) * sizeof *times);
     double *step_units = malloc((size_t)(steps > 0 ? steps : 1) *
                                 sizeof *step_units);
@@ -801,7 +823,7 @@ delta_status trainer_train(trainer *t) {
     double units = t->image ? (double)m->batch
                             : (double)(m->batch * m->seq_len);
     progress p;
-    progress_init(&p, progress_pick_mode(stderr, c->quiet), stderr, steps,
+    progress_init(&p, progress_pick_mode(stderr, c->quiet), stderr, c->steps,
                   t->image ? "samples" : "tokens", units, t->sim,
                   t->budget_bytes);
     train_result *r = &t->result;
@@ -834,8 +856,11 @@ delta_status trainer_train(trainer *t) {
         delta_step_stats s = {0};
         st = delta_session_run(t->session, DELTA_RUN_STEP, &s);
         if (st != DELTA_OK) {
-            fail(t, st, "step %" PRId64 ": %s", i + 1,
-                 delta_session_error(t->session));
+            fail(t, st, "step %" PRId64 ": %s%s", first + i + 1,
+                 delta_session_error(t->session),
+                 st == DELTA_ERR_NOMEM ? "; give the host store more "
+                 "(--host-memory) or the device a larger --budget, so that "
+                 "less is swapped" : "");
             break;
         }
         double loss = NAN;
@@ -853,16 +878,22 @@ delta_status trainer_train(trainer *t) {
         r->steps_done = i + 1;
         r->final_loss = loss;
         add_step(r, &s);
-        progress_step(&p, i + 1, loss, &s);
-        json_log_step(t->json, i + 1, loss, &s, t->budget_bytes != 0, n, T);
+        progress_step(&p, first + i + 1, loss, &s);
+        json_log_step(t->json, first + i + 1, loss, &s, t->budget_bytes != 0,
+                      n, T);
         if (!t->sim && !isfinite(loss)) {
             st = fail(t, DELTA_ERR_STATE, "the loss is %g at step %" PRId64
                       ": training diverged; try a lower --lr (now %g)", loss,
-                      i + 1, t->lr);
+                      first + i + 1, t->lr);
             break;
+        }
+        if (resume_due(t, first + i + 1)) {
+            st = resume_save(t);
+            if (st != DELTA_OK) break;
         }
     }
     progress_finish(&p);
+    if (st != DELTA_OK) resume_note_failure(t);
     r->train_s = progress_now() - t0;
     /* One shape: per the median step (robust to a slow first step); with
      * changing shapes, the median of the steps' own rates. */
@@ -965,12 +996,21 @@ done:
 delta_status trainer_save(trainer *t) {
     if (!t->cfg.save) return DELTA_OK;
     int64_t step = t->start_step + t->result.steps_done;
+    /* a run with checkpoints (or resumed from one) ends with one too,
+     * unless the last step's is already written */
+    if (t->cfg.checkpoint_every || t->resumed) {
+        delta_status st = t->saved_step == step ? DELTA_OK : resume_save(t);
+        if (st == DELTA_OK)
+            info(t, "saved %s (training checkpoint of step %" PRId64 "; "
+                 "--resume continues it)", t->cfg.save, step);
+        return st;
+    }
     /* The current session's tensors (the same at every shape) under the
      * main shape's config (its seq_len, the longest, goes in the
      * metadata). */
     delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
                                       t->n_model_tensors, &t->shapes[0].model,
-                                      step, t->err, sizeof t->err);
+                                      step, NULL, t->err, sizeof t->err);
     if (st == DELTA_OK) info(t, "saved %s", t->cfg.save);
     return st;
 }

@@ -84,6 +84,14 @@ typedef struct train_config {
      * length uniformly in [A, B] from (seed, step); 0: one length */
     int64_t seq_len_min, seq_len_max;
     bool drop_last;                     /* skip an epoch's partial batch */
+    /* Training checkpoints (resume.h): every this many steps (counted from
+     * the start of training) the full state goes to `save`; 0: none */
+    int64_t checkpoint_every;
+    const char *resume;                 /* continue from this checkpoint */
+    /* Host store for swapped tensors: at most this many bytes when
+     * host_memory_set (0: none at all); else as much as the host gives */
+    size_t host_memory;
+    bool host_memory_set;
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */
@@ -151,7 +159,9 @@ typedef struct trainer {
     delta_session *session;
     int64_t start_step;         /* steps trained before (from --load) */
     const char *optimizer_name; /* "sgd" or "adamw" */
-    double lr;
+    double lr, momentum, weight_decay;  /* resolved (momentum: adamw's beta1) */
+    bool resumed;               /* from --resume: start_step is where */
+    int64_t saved_step;         /* step of the last checkpoint written; -1 */
     train_result result;
     json_log *json;
     delta_trace *trace;         /* --trace; the session writes into it */

@@ -1,0 +1,309 @@
+/* Training checkpoints and --resume (see resume.h). */
+#include "resume.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "delta/safetensors.h"
+
+#define OPT_PREFIX "optimizer."
+/* Settings compared on resume, and metadata entries a checkpoint adds. */
+#define MAX_FIELDS 24
+/* Differences and missing tensors listed before "... and N more". */
+#define MAX_LISTED 20
+
+static delta_status failf(trainer *t, delta_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static delta_status failf(trainer *t, delta_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+delta_status resume_check_options(trainer *t) {
+    const train_config *c = &t->cfg;
+    if (c->resume && c->load)
+        return failf(t, DELTA_ERR_INVALID_ARG, "--resume and --load both "
+                     "start from a file; give one (--resume continues a "
+                     "training checkpoint, --load starts afresh from a "
+                     "model's weights)");
+    if (c->checkpoint_every && !c->save)
+        return failf(t, DELTA_ERR_INVALID_ARG, "--checkpoint-every needs "
+                     "--save FILE: the checkpoints are written there");
+    const char *opt = c->resume ? "--resume" : "--checkpoint-every";
+    if ((c->resume || c->checkpoint_every) && c->plan_only)
+        return failf(t, DELTA_ERR_INVALID_ARG, "%s: delta plan trains "
+                     "nothing; give it to delta train", opt);
+    if ((c->resume || c->checkpoint_every) &&
+        c->backend == TRAIN_BACKEND_SIM)
+        return failf(t, DELTA_ERR_INVALID_ARG, "%s: the sim backend "
+                     "computes no values, so there is no state to save or "
+                     "resume", opt);
+    return DELTA_OK;
+}
+
+void resume_note_failure(trainer *t) {
+    if (t->saved_step < 0) return;
+    size_t n = strlen(t->err);
+    snprintf(t->err + n, sizeof t->err - n, "; the checkpoint of step %"
+             PRId64 " in %s is intact: --resume %s continues from it",
+             t->saved_step, t->cfg.save, t->cfg.save);
+}
+
+bool resume_due(const trainer *t, int64_t step) {
+    return t->cfg.checkpoint_every > 0 && step % t->cfg.checkpoint_every == 0;
+}
+
+/* ---- settings --------------------------------------------------------------- */
+
+/* One setting a resumed run must share. model: written by checkpoint_save
+ * already (absent there when 0). */
+typedef struct field {
+    const char *key, *option;
+    char value[256];
+    bool model;
+} field;
+
+static int add_i64(field *f, int n, const char *key, const char *option,
+                   int64_t v, bool model) {
+    f[n] = (field){.key = key, .option = option, .model = model};
+    snprintf(f[n].value, sizeof f[n].value, "%" PRId64, v);
+    return n + 1;
+}
+
+static int add_str(field *f, int n, const char *key, const char *option,
+                   const char *v) {
+    f[n] = (field){.key = key, .option = option};
+    snprintf(f[n].value, sizeof f[n].value, "%s", v);
+    return n + 1;
+}
+
+/* Doubles in full precision: the same option text gives the same string. */
+static int add_f64(field *f, int n, const char *key, const char *option,
+                   double v) {
+    f[n] = (field){.key = key, .option = option};
+    snprintf(f[n].value, sizeof f[n].value, "%.17g", v);
+    return n + 1;
+}
+
+/* The run's settings that decide the values it computes. */
+static int run_fields(const trainer *t, field *f) {
+    const train_config *c = &t->cfg;
+    const delta_model_config *m = &t->shapes[0].model.cfg;
+    int n = 0;
+    n = add_str(f, n, "model", "--model", m->name);
+    f[n - 1].model = true;
+    n = add_i64(f, n, "image_size", "--image-size", m->image_size, true);
+    n = add_i64(f, n, "channels", "--channels", m->channels, true);
+    n = add_i64(f, n, "classes", "--classes", m->classes, true);
+    n = add_i64(f, n, "width", "--width", m->width, true);
+    n = add_i64(f, n, "mlp_hidden", "--hidden", m->mlp_hidden, true);
+    n = add_i64(f, n, "layers", "--layers", m->layers, true);
+    n = add_i64(f, n, "hidden", "--hidden", m->hidden, true);
+    n = add_i64(f, n, "heads", "--heads", m->heads, true);
+    n = add_i64(f, n, "seq_len", "--seq-len", m->seq_len, true);
+    n = add_i64(f, n, "vocab", "--vocab", m->vocab, true);
+    n = add_i64(f, n, "batch", "--batch", m->batch, false);
+    n = add_f64(f, n, "dropout", "--dropout", (double)m->dropout);
+    n = add_str(f, n, "optimizer", "--optimizer", t->optimizer_name);
+    n = add_f64(f, n, "lr", "--lr", t->lr);
+    n = add_f64(f, n, "momentum", "--momentum", t->momentum);
+    n = add_f64(f, n, "weight_decay", "--weight-decay", t->weight_decay);
+    n = add_i64(f, n, "seed", "--seed", (int64_t)c->seed, false);
+    n = add_str(f, n, "shuffle", "--no-shuffle",
+                c->no_shuffle ? "false" : "true");
+    n = add_str(f, n, "drop_last", "--drop-last",
+                c->drop_last ? "true" : "false");
+    char range[64] = "none";
+    if (c->seq_len_max)
+        snprintf(range, sizeof range, "%" PRId64 ":%" PRId64, c->seq_len_min,
+                 c->seq_len_max);
+    n = add_str(f, n, "seq_len_range", "--seq-len-range", range);
+    n = add_str(f, n, "data", "--data",
+                t->data ? delta_dataset_name(t->data) : "none");
+    DELTA_ASSERT(n <= MAX_FIELDS);
+    return n;
+}
+
+/* ---- save ------------------------------------------------------------------- */
+
+/* The optimizer's tensors of the current program: the persistent ones the
+ * model did not make (persist[] is in id order, the model's first). */
+static delta_tensor *const *optimizer_tensors(const trainer *t, int *n) {
+    const train_shape *sh = &t->shapes[t->cur];
+    int k = 0;
+    while (k < sh->n_persist &&
+           delta_tensor_id(sh->persist[k]) < sh->n_model_tensors)
+        k++;
+    *n = sh->n_persist - k;
+    return sh->persist + k;
+}
+
+delta_status resume_save(trainer *t) {
+    field f[MAX_FIELDS];
+    int nf = run_fields(t, f);
+    int64_t step = t->start_step + t->result.steps_done;
+    delta_loader_pos pos = {0, 0};
+    if (t->loader) pos = delta_loader_get_pos(t->loader);
+    char session_step[24], epoch[24], index[24];
+    snprintf(session_step, sizeof session_step, "%" PRId64,
+             delta_session_step(t->session));
+    snprintf(epoch, sizeof epoch, "%" PRId64, pos.epoch);
+    snprintf(index, sizeof index, "%" PRId64, pos.index);
+    const char *kv[2 * (MAX_FIELDS + 4)];
+    int nm = 0;
+    kv[2 * nm] = "checkpoint", kv[2 * nm + 1] = "training", nm++;
+    kv[2 * nm] = "session_step", kv[2 * nm + 1] = session_step, nm++;
+    kv[2 * nm] = "data_epoch", kv[2 * nm + 1] = epoch, nm++;
+    kv[2 * nm] = "data_index", kv[2 * nm + 1] = index, nm++;
+    for (int i = 0; i < nf; i++) {
+        if (f[i].model) continue;
+        kv[2 * nm] = f[i].key, kv[2 * nm + 1] = f[i].value, nm++;
+    }
+    checkpoint_extra extra = {.prefix = OPT_PREFIX, .meta_kv = kv,
+                              .n_meta = nm};
+    extra.tensors = optimizer_tensors(t, &extra.n_tensors);
+    delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
+                                      t->n_model_tensors, &t->shapes[0].model,
+                                      step, &extra, t->err, sizeof t->err);
+    if (st == DELTA_OK) t->saved_step = step;
+    return st;
+}
+
+/* ---- resume ----------------------------------------------------------------- */
+
+/* A whole non-negative integer in metadata key, else false. */
+static bool meta_i64(const delta_st_file *f, const char *key, int64_t *v) {
+    const char *s = delta_st_metadata(f, key);
+    if (!s || !*s) return false;
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (*end || x < 0) return false;
+    *v = x;
+    return true;
+}
+
+/* Lists every setting that differs on stderr; returns how many. */
+static int compare_settings(const trainer *t, const delta_st_file *f) {
+    field cur[MAX_FIELDS];
+    int nf = run_fields(t, cur), differ = 0;
+    for (int i = 0; i < nf; i++) {
+        const char *was = delta_st_metadata(f, cur[i].key);
+        if (!was) was = cur[i].model ? "0" : "(none)";
+        if (!strcmp(was, cur[i].value)) continue;
+        if (differ++ < MAX_LISTED)
+            fprintf(stderr, "  %s: %s in the checkpoint, %s in this run\n",
+                    cur[i].option, was, cur[i].value);
+    }
+    return differ;
+}
+
+/* Writes each optimizer tensor from the file ("optimizer." + its name,
+ * F32 of its shape) into the session; missing or misshapen ones are listed
+ * on stderr and refused before anything is written. */
+static delta_status load_optimizer(trainer *t, const delta_st_file *f) {
+    int n;
+    delta_tensor *const *opt = optimizer_tensors(t, &n);
+    int bad = 0;
+    char name[DELTA_NAME_LEN + 32];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            const delta_tensor *x = opt[i];
+            snprintf(name, sizeof name, OPT_PREFIX "%s", delta_tensor_name(x));
+            const delta_st_tensor *ft = delta_st_find(f, name);
+            bool ok = ft && !strcmp(ft->st_dtype, "F32") &&
+                      ft->ndim == delta_tensor_ndim(x);
+            for (int d = 0; ok && d < ft->ndim; d++)
+                ok = ft->shape[d] == delta_tensor_dim(x, d);
+            if (pass == 0) {
+                if (!ok && bad++ < MAX_LISTED)
+                    fprintf(stderr, "  %s: %s\n", name,
+                            ft ? "another shape or dtype" : "missing");
+                continue;
+            }
+            delta_status st = delta_session_write(t->session, x, ft->data,
+                                                  ft->nbytes);
+            if (st != DELTA_OK)
+                return failf(t, st, "writing '%s' from %s: %s", name,
+                             t->cfg.resume, delta_session_error(t->session));
+        }
+        if (bad)
+            return failf(t, DELTA_ERR_FORMAT, "checkpoint %s does not hold "
+                         "the %s optimizer's state of this model: %d tensor%s "
+                         "missing or misshapen (listed above)", t->cfg.resume,
+                         t->optimizer_name, bad, bad == 1 ? "" : "s");
+    }
+    return DELTA_OK;
+}
+
+delta_status resume_load(trainer *t) {
+    const char *path = t->cfg.resume;
+    delta_status st = DELTA_OK;
+    char sub[512] = "";
+    delta_st_file *f = delta_st_open(path, &st, sub, sizeof sub);
+    if (!f)
+        return failf(t, st != DELTA_OK ? st : DELTA_ERR_IO,
+                     "--resume: cannot read the checkpoint %s: %s", path, sub);
+    int64_t step = 0, session_step = 0;
+    delta_loader_pos pos = {0, 0};
+    const char *kind = delta_st_metadata(f, "checkpoint");
+    int differ = 0;
+    if (!kind || strcmp(kind, "training") != 0) {
+        st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s is a model file, "
+                   "not a training checkpoint (it holds no optimizer state "
+                   "or data position); --load starts from its weights with "
+                   "a fresh optimizer, and --checkpoint-every N --save FILE "
+                   "writes checkpoints that --resume continues", path);
+        goto done;
+    }
+    if (!meta_i64(f, "step", &step) ||
+        !meta_i64(f, "session_step", &session_step) ||
+        !meta_i64(f, "data_epoch", &pos.epoch) ||
+        !meta_i64(f, "data_index", &pos.index)) {
+        st = failf(t, DELTA_ERR_FORMAT, "--resume: %s lacks a whole number "
+                   "in step, session_step, data_epoch or data_index of its "
+                   "metadata", path);
+        goto done;
+    }
+    differ = compare_settings(t, f);
+    if (differ) {
+        if (differ > MAX_LISTED)
+            fprintf(stderr, "  ... and %d more\n", differ - MAX_LISTED);
+        st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained with "
+                   "other settings (%d differ%s, listed above); resume with "
+                   "the checkpoint's, or --load it to start from its weights "
+                   "with a fresh optimizer", path, differ,
+                   differ == 1 ? "s" : "");
+        goto done;
+    }
+    if (t->cfg.steps < step) {
+        st = failf(t, DELTA_ERR_INVALID_ARG, "--steps %" PRId64 ": checkpoint "
+                   "%s has trained %" PRId64 " steps already; --steps counts "
+                   "from the start of training, so give %" PRId64 " or more",
+                   t->cfg.steps, path, step, step);
+        goto done;
+    }
+    if (t->loader && delta_loader_set_pos(t->loader, pos) != DELTA_OK) {
+        st = failf(t, DELTA_ERR_FORMAT, "--resume: %s: data position epoch "
+                   "%" PRId64 " sample %" PRId64 " is outside the data (%"
+                   PRId64 " samples)", path, pos.epoch, pos.index,
+                   delta_dataset_len(t->data));
+        goto done;
+    }
+    st = checkpoint_load_file(f, path, t->session, t->ctx, t->n_model_tensors,
+                              &t->model, NULL, stderr, t->err, sizeof t->err);
+    if (st == DELTA_OK) st = load_optimizer(t, f);
+    if (st != DELTA_OK) goto done;
+    delta_session_set_step(t->session, session_step);
+    t->start_step = step;
+    t->resumed = true;
+done:
+    delta_st_close(f);
+    return st;
+}
