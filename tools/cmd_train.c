@@ -389,7 +389,10 @@ static int parse_args(int argc, char **argv, train_config *c) {
         case OPT_HOST_MEMORY:
             if (!parse_size(opt, a, &c->host_memory, err, sizeof err))
                 return usage_error("%s", err);
-            c->host_memory_set = true;
+            if (!c->host_memory)
+                return usage_error("%s 0: the host store needs at least a "
+                                   "byte; leave the option out for no cap",
+                                   opt);
             break;
         default:
             return usage_error("unexpected option '%s'",

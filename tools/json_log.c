@@ -69,6 +69,7 @@ bool json_log_step(json_log *l, int64_t step, double loss,
     cJSON_AddNumberToObject(o, "live_peak_bytes",
                             (double)st->live_peak_bytes);
     cJSON_AddNumberToObject(o, "swap_out_bytes", (double)st->swap_out_bytes);
+    cJSON_AddNumberToObject(o, "host_bytes", (double)st->host_bytes);
     cJSON_AddNumberToObject(o, "swap_in_bytes", (double)st->swap_in_bytes);
     cJSON_AddNumberToObject(o, "swap_outs", st->swap_outs);
     cJSON_AddNumberToObject(o, "swap_ins", st->swap_ins);

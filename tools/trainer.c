@@ -500,6 +500,7 @@ static delta_status open_session(trainer *t, int i) {
         .n_outputs = will_evaluate(t) ? 1 : 0,
         .trace = t->trace,
         .plans = t->plans,
+        .host_limit_bytes = t->cfg.host_memory,
     };
     delta_status st;
     char sub[512], sh_str[64];

@@ -88,10 +88,9 @@ typedef struct train_config {
      * the start of training) the full state goes to `save`; 0: none */
     int64_t checkpoint_every;
     const char *resume;                 /* continue from this checkpoint */
-    /* Host store for swapped tensors: at most this many bytes when
-     * host_memory_set (0: none at all); else as much as the host gives */
+    /* Host store for swapped tensors: at most this many bytes; 0: as much
+     * as the host gives */
     size_t host_memory;
-    bool host_memory_set;
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */

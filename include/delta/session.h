@@ -47,6 +47,11 @@ typedef struct delta_session_opts {
     /* Plans kept across sessions (not owned; must outlive the session;
      * NULL = none). */
     delta_plan_cache *plans;
+    /* Most bytes the host store for swapped tensors may hold (0 =
+     * unlimited: as much as the backend's host_alloc gives). A step that
+     * needs more fails with DELTA_ERR_NOMEM and a message, as when the
+     * host has no more memory. */
+    size_t host_limit_bytes;
 } delta_session_opts;
 
 /* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,
@@ -72,6 +77,8 @@ typedef struct delta_step_stats {
     size_t min_budget_bytes;     /* smallest budget any policy can run in */
     size_t budget_bytes;         /* the arena */
     bool replayed;               /* the pool replayed the planned layout */
+    size_t host_bytes;           /* host store held at the step's end
+                                    (swapped tensors' buffers, kept) */
 } delta_step_stats;
 
 /* Places the program: checks the budget against the dry plan (DELTA_ERR_

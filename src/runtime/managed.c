@@ -244,6 +244,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         stats->peak_device_bytes = ps.peak_address;
         stats->live_peak_bytes = ps.peak_live_bytes;
         stats->replayed = traced && rep.replayed;
+        stats->host_bytes = m->host_in_use;
     }
     return DELTA_OK;
 }
@@ -288,7 +289,10 @@ void managed_free(managed *m) {
     if (m->b) delta_backend_sync_copies(m->b);
     if (m->pol && m->pst) m->pol->destroy(m->pst);
     for (int r = 0; r < m->nt && m->host; r++)
-        if (m->host[r]) delta_backend_host_free(m->b, m->host[r]);
+        if (m->host[r]) {
+            delta_backend_host_free(m->b, m->host[r]);
+            m->host_in_use -= m->rv[r].bytes;
+        }
     if (m->arena_made) delta_backend_arena_destroy(m->b);
     delta_replay_free(m->rp);
     free(m->is_root);
@@ -366,6 +370,7 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->nt = nt;
     m->no = no;
     m->arena = o->budget;
+    m->host_limit = o->host_limit;
     m->trace = o->trace;
     m->cur_op = -1;
     m->plans = o->plans;
@@ -469,8 +474,7 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
             v->state = RES_DEVICE;
             p = m->base ? (char *)m->base + m->off[i] : NULL;
         } else {
-            m->host[i] = delta_backend_host_alloc(b, v->bytes);
-            if (!m->host[i]) goto nomem;
+            if (!mg_host_alloc(m, i)) goto nomem;
             v->state = RES_HOST;
             v->host_valid = true;
             p = data ? m->host[i] : NULL;
@@ -482,7 +486,11 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     return m;
 nomem:
     *status = DELTA_ERR_NOMEM;
-    snprintf(err, err_len, "out of host memory creating the runtime");
+    if (m && m->fail_st != DELTA_OK)
+        snprintf(err, err_len, "%s (persistent tensors that do not fit on "
+                 "the device start in the host store)", m->err);
+    else
+        snprintf(err, err_len, "out of host memory creating the runtime");
     managed_free(m);
     return NULL;
 }

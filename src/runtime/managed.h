@@ -199,6 +199,7 @@ typedef struct managed_opts {
                                       (tests drive the runtime with scripted
                                       policies) */
     delta_plan_cache *plans;       /* may be NULL */
+    size_t host_limit;             /* host store cap; 0 = none */
 } managed_opts;
 
 managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,

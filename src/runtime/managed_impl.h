@@ -34,6 +34,8 @@ struct managed {
     int *pins;                 /* operands of ops being run */
     size_t *off;               /* device offset while bytes are held */
     void **host;               /* host store buffer (kept once made) */
+    size_t host_in_use;        /* bytes of the host buffers */
+    size_t host_limit;         /* most host_in_use may be; 0 = no cap */
     delta_event *ev;           /* the copy in flight */
     bool *free_after;          /* TO_HOST root past its last use: freed,
                                   not kept, when the copy completes */
@@ -80,6 +82,9 @@ static inline int mg_last_needed(const managed *m, int r) {
 }
 
 /* residency.c */
+/* A host store buffer for root r (m->host[r]); false with the run failed
+ * (DELTA_ERR_NOMEM and a message) when the cap or the host says no. */
+bool mg_host_alloc(managed *m, int r);
 bool mg_failf(managed *m, delta_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 bool mg_run_op(managed *m, const delta_op *op, bool recompute);

@@ -418,13 +418,28 @@ bool mg_compact(managed *m) {
 
 /* ---- eviction ------------------------------------------------------------ */
 
+bool mg_host_alloc(managed *m, int r) {
+    size_t bytes = m->rv[r].bytes;
+    char need[32], held[32], cap[32];
+    delta_format_bytes((double)bytes, need, sizeof need);
+    delta_format_bytes((double)m->host_in_use, held, sizeof held);
+    if (m->host_limit && bytes > m->host_limit - m->host_in_use)
+        return mg_failf(m, DELTA_ERR_NOMEM, "the host store for swapped "
+                        "tensors is full: '%s' needs %s more, %s of its "
+                        "limit of %s are held", tname(m, r), need, held,
+                        delta_format_bytes((double)m->host_limit, cap,
+                                           sizeof cap));
+    m->host[r] = delta_backend_host_alloc(m->b, bytes);
+    if (!m->host[r])
+        return mg_failf(m, DELTA_ERR_NOMEM, "host memory for swapped "
+                        "tensors cannot be had: '%s' needs %s more, %s are "
+                        "held", tname(m, r), need, held);
+    m->host_in_use += bytes;
+    return true;
+}
+
 static bool host_buffer(managed *m, int r) {
-    if (m->host[r]) return true;
-    m->host[r] = delta_backend_host_alloc(m->b, m->rv[r].bytes);
-    if (m->host[r]) return true;
-    return mg_failf(m, DELTA_ERR_NOMEM,
-                    "host memory for swapped tensors cannot be had (%zu bytes "
-                    "for '%s')", m->rv[r].bytes, tname(m, r));
+    return m->host[r] || mg_host_alloc(m, r);
 }
 
 bool managed_swap_out(managed *m, int r) {

@@ -260,7 +260,8 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         if (s->arena_bytes < DELTA_POOL_ALIGN) s->arena_bytes = DELTA_POOL_ALIGN;
         managed_opts mo = {.budget = s->arena_bytes, .policy = o->policy,
                            .outs = o->outputs, .n_outs = o->n_outputs,
-                           .trace = o->trace, .plans = o->plans};
+                           .trace = o->trace, .plans = o->plans,
+                           .host_limit = o->host_limit_bytes};
         s->mg = managed_new(ctx, s->b, &mo, status, err, err_len);
         if (!s->mg) goto fail;
         return s;

@@ -1,0 +1,489 @@
+/* Training checkpoints and --resume (tools/resume.c), through the built
+ * delta:
+ *  - N steps in one run save the same tensors, byte for byte (parameters,
+ *    batch-norm state, optimizer state), as K steps + --resume + N - K
+ *    steps: ResNet with SGD (momentum, running stats), GPT-2 with AdamW and
+ *    dropout, with no budget and under delta, swap and dtr at 50-60% of the
+ *    peak (the halves under different policies too), with --seq-len-range
+ *    and with an epoch's partial last batch (resuming at the end of an
+ *    epoch and just before its short batch);
+ *  - a resume with other settings, of a model file, past --steps, of a
+ *    file missing optimizer state, is refused with exit 2 and a message;
+ *  - SIGKILL in the middle of a save (the test hook DELTA_TEST_SAVE_PAUSE
+ *    stops it there) leaves the previous checkpoint whole and resumable,
+ *    and the stale temporary does not disturb the next run; kills at
+ *    random moments never leave a file that does not open;
+ *  - a host store cap (--host-memory) that a later, longer step exceeds
+ *    stops the run with exit 1 and a message naming the checkpoint left,
+ *    which resumes to the uninterrupted result. */
+#include <signal.h>
+
+#include "cli_run.h"
+
+/* The file's "step" metadata, -1 when it has none. */
+static int64_t file_step(const char *path) {
+    delta_st_file *f = delta_st_open(path, NULL, NULL, 0);
+    const char *v = f ? delta_st_metadata(f, "step") : NULL;
+    int64_t s = v ? strtoll(v, NULL, 10) : -1;
+    delta_st_close(f);
+    return s;
+}
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* How many tensors of path start with prefix. */
+static int count_prefixed(const char *path, const char *prefix) {
+    delta_st_file *f = delta_st_open(path, NULL, NULL, 0);
+    int n = 0;
+    for (int i = 0; f && i < delta_st_count(f); i++)
+        n += !strncmp(delta_st_at(f, i)->name, prefix, strlen(prefix));
+    delta_st_close(f);
+    return n;
+}
+
+/* ---- exactness ------------------------------------------------------------ */
+
+#define RESNET "--model", "resnet18", "--width", "4", "--image-size", "16", \
+               "--channels", "1", "--classes", "10", "--data", "synthetic", \
+               "--batch", "4", "--quiet"
+#define GPT2 "--model", "gpt2-tiny", "--link-bw", "0", "--quiet"
+
+/* ResNet-18 with SGD: 10 steps == 5 + 5, with no budget and under delta
+ * at 50% (both halves), and the first half under keep, the second under
+ * delta. */
+static void test_resnet_sgd_exact(void) {
+    char full[128], half[128], a[128], b[128];
+    path_in_tmp(full, sizeof full, "rn_full.safetensors");
+    path_in_tmp(half, sizeof half, "rn_half.safetensors");
+    path_in_tmp(a, sizeof a, "rn_a.safetensors");
+    path_in_tmp(b, sizeof b, "rn_b.safetensors");
+    TRAIN(RESNET, "--steps", "10", "--checkpoint-every", "10", "--save",
+          full);
+    CHECK(res.status == 0, "10 steps: %d %s", res.status, res.err);
+    CHECK(count_prefixed(full, "optimizer.conv1.weight.momentum_buffer") ==
+                  1 &&
+              count_prefixed(full, "optimizer.bn1.weight.momentum_buffer") ==
+                  1,
+          "no momentum buffers in %s", full);
+    TRAIN(RESNET, "--steps", "5", "--checkpoint-every", "5", "--save", half);
+    CHECK(res.status == 0 && file_step(half) == 5, "5 steps: %d %s",
+          res.status, res.err);
+    TRAIN(RESNET, "--steps", "10", "--resume", half, "--save", a);
+    CHECK(res.status == 0, "resume: %d %s", res.status, res.err);
+    CHECK(file_step(a) == 10, "resumed file at step %lld",
+          (long long)file_step(a));
+    same_tensors(full, a, NULL);
+    TRAIN(RESNET, "--steps", "5", "--checkpoint-every", "5", "--save", half,
+          "--budget", "50%", "--policy", "delta");
+    CHECK(res.status == 0, "5 steps at 50%%: %d %s", res.status, res.err);
+    TRAIN(RESNET, "--steps", "10", "--resume", half, "--save", b, "--budget",
+          "50%");
+    CHECK(res.status == 0, "resume at 50%%: %d %s", res.status, res.err);
+    same_tensors(full, b, NULL);
+}
+
+/* GPT-2 with AdamW and dropout: 4 steps == 2 + 2 with no budget, under
+ * delta at 50%, and with the halves under swap at 50% and dtr at 60%
+ * either way round. */
+static void test_gpt2_adamw_exact(void) {
+    char full[128], half[128], out[128];
+    path_in_tmp(full, sizeof full, "g_full.safetensors");
+    path_in_tmp(half, sizeof half, "g_half.safetensors");
+    path_in_tmp(out, sizeof out, "g_out.safetensors");
+    TRAIN(GPT2, "--steps", "4", "--checkpoint-every", "4", "--save", full);
+    CHECK(res.status == 0, "4 steps: %d %s", res.status, res.err);
+    CHECK(count_prefixed(full, "optimizer.") ==
+              2 * count_prefixed(full, "transformer."),
+          "expected exp_avg and exp_avg_sq for every parameter");
+    static const char *const plan[][4] = {
+        /* first half's policy, budget; the resumed half's */
+        {"keep", "unlimited", "keep", "unlimited"},
+        {"delta", "50%", "delta", "50%"},
+        {"swap", "50%", "dtr", "60%"},
+        {"dtr", "60%", "swap", "50%"},
+    };
+    for (int i = 0; i < 4; i++) {
+        remove(out);
+        TRAIN(GPT2, "--steps", "2", "--checkpoint-every", "2", "--save",
+              half, "--policy", plan[i][0], "--budget", plan[i][1]);
+        CHECK(res.status == 0, "%s %s, 2 steps: %d %s", plan[i][0],
+              plan[i][1], res.status, res.err);
+        TRAIN(GPT2, "--steps", "4", "--resume", half, "--save", out,
+              "--policy", plan[i][2], "--budget", plan[i][3]);
+        CHECK(res.status == 0, "resume under %s %s: %d %s", plan[i][2],
+              plan[i][3], res.status, res.err);
+        same_tensors(full, out, NULL);
+    }
+}
+
+/* --seq-len-range: the lengths are drawn from (seed, step counter), so the
+ * resumed run must draw the rest of the same sequence. */
+static void test_seq_len_range_exact(void) {
+    char full[128], half[128], out[128], ja[128], jb[128];
+    path_in_tmp(full, sizeof full, "r_full.safetensors");
+    path_in_tmp(half, sizeof half, "r_half.safetensors");
+    path_in_tmp(out, sizeof out, "r_out.safetensors");
+    path_in_tmp(ja, sizeof ja, "r_full.jsonl");
+    path_in_tmp(jb, sizeof jb, "r_res.jsonl");
+    TRAIN(GPT2, "--seq-len-range", "16:48", "--steps", "6",
+          "--checkpoint-every", "6", "--save", full, "--json", ja);
+    CHECK(res.status == 0, "6 steps: %d %s", res.status, res.err);
+    TRAIN(GPT2, "--seq-len-range", "16:48", "--steps", "3",
+          "--checkpoint-every", "3", "--save", half, "--budget", "50%");
+    CHECK(res.status == 0, "3 steps: %d %s", res.status, res.err);
+    TRAIN(GPT2, "--seq-len-range", "16:48", "--steps", "6", "--resume", half,
+          "--save", out, "--budget", "50%", "--json", jb);
+    CHECK(res.status == 0, "resume: %d %s", res.status, res.err);
+    same_tensors(full, out, NULL);
+    /* the resumed log numbers its steps 4..6 with the same lengths */
+    cJSON *oa[8], *ob[8];
+    int na = read_json_lines(ja, oa, 8), nb = read_json_lines(jb, ob, 8);
+    CHECK(na == 7 && nb == 4, "%d and %d JSON lines", na, nb);
+    for (int i = 0; na == 7 && nb == 4 && i < 3; i++)
+        CHECK(num(ob[i], "step") == 4 + i &&
+                  num(ob[i], "seq_len") == num(oa[3 + i], "seq_len"),
+              "resumed line %d: step %g, length %g (want %d, %g)", i,
+              num(ob[i], "step"), num(ob[i], "seq_len"), 4 + i,
+              num(oa[3 + i], "seq_len"));
+    for (int i = 0; i < na; i++) cJSON_Delete(oa[i]);
+    for (int i = 0; i < nb; i++) cJSON_Delete(ob[i]);
+}
+
+/* An idx file: big-endian header words, then n data bytes. */
+static void write_idx(const char *path, const uint32_t *hdr, int nh,
+                      const uint8_t *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    for (int i = 0; i < nh; i++) {
+        uint8_t be[4] = {(uint8_t)(hdr[i] >> 24), (uint8_t)(hdr[i] >> 16),
+                         (uint8_t)(hdr[i] >> 8), (uint8_t)hdr[i]};
+        fwrite(be, 1, 4, f);
+    }
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* 10 images in batches of 4: batches 4, 4, 2 | 4, 4, 2 | 4. Resuming
+ * after step 3 starts a new epoch (the position is at the epoch's end);
+ * after step 5 the next batch is the short one. */
+static void test_partial_batch_exact(void) {
+    char dir[128], path[192];
+    path_in_tmp(dir, sizeof dir, "tiny-idx");
+    mkdir(dir, 0755);
+    uint8_t pixels[10 * 8 * 8], labels[10];
+    for (int i = 0; i < 10 * 64; i++)
+        pixels[i] = (uint8_t)((i * 37 + (i / 64) * 11) & 0xff);
+    for (int i = 0; i < 10; i++) labels[i] = (uint8_t)(i % 10);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
+    write_idx(path, (const uint32_t[]){0x803, 10, 8, 8}, 4, pixels,
+              sizeof pixels);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", dir);
+    write_idx(path, (const uint32_t[]){0x801, 10}, 2, labels, sizeof labels);
+#define TINY "--model", "resnet18", "--width", "4", "--data", dir, "--batch", \
+             "4", "--eval-batches", "0", "--quiet"
+    char full[128], half[128], out[128];
+    path_in_tmp(full, sizeof full, "p_full.safetensors");
+    path_in_tmp(half, sizeof half, "p_half.safetensors");
+    path_in_tmp(out, sizeof out, "p_out.safetensors");
+    TRAIN(TINY, "--steps", "7", "--checkpoint-every", "7", "--save", full);
+    CHECK(res.status == 0, "7 steps: %d %s", res.status, res.err);
+    const char *at[] = {"3", "5"};
+    for (int i = 0; i < 2; i++) {
+        TRAIN(TINY, "--steps", at[i], "--checkpoint-every", at[i], "--save",
+              half, "--policy", "autoswap", "--budget", "60%");
+        CHECK(res.status == 0, "%s steps: %d %s", at[i], res.status,
+              res.err);
+        delta_st_file *f = delta_st_open(half, NULL, NULL, 0);
+        const char *idx = f ? delta_st_metadata(f, "data_index") : NULL;
+        CHECK(idx && !strcmp(idx, i == 0 ? "10" : "8"),
+              "data_index after %s steps: %s", at[i], idx ? idx : "none");
+        delta_st_close(f);
+        TRAIN(TINY, "--steps", "7", "--resume", half, "--save", out,
+              "--budget", "50%");
+        CHECK(res.status == 0, "resume at %s: %d %s", at[i], res.status,
+              res.err);
+        same_tensors(full, out, NULL);
+    }
+#undef TINY
+}
+
+/* ---- refusals --------------------------------------------------------------- */
+
+static void test_resume_refusals(void) {
+    char ck[128], model[128], cut[128];
+    path_in_tmp(ck, sizeof ck, "ref_ck.safetensors");
+    path_in_tmp(model, sizeof model, "ref_model.safetensors");
+    path_in_tmp(cut, sizeof cut, "ref_cut.safetensors");
+    TRAIN(RESNET, "--steps", "2", "--checkpoint-every", "2", "--save", ck);
+    CHECK(res.status == 0, "checkpoint: %d %s", res.status, res.err);
+    TRAIN(RESNET, "--steps", "2", "--save", model);
+    CHECK(res.status == 0, "model file: %d %s", res.status, res.err);
+    CHECK(count_prefixed(model, "optimizer.") == 0,
+          "a plain --save holds optimizer state");
+
+    FAILS(2, "not a training checkpoint", RESNET, "--steps", "4",
+          "--resume", model);
+    FAILS(2, "--lr: 0.050000000000000003 in the checkpoint, 0.10000000000000001 in this run",
+          RESNET, "--steps", "4", "--lr", "0.1", "--resume", ck);
+    FAILS(2, "--seed: 0 in the checkpoint, 3 in this run", RESNET, "--steps",
+          "4", "--seed", "3", "--resume", ck);
+    FAILS(2, "--batch: 4 in the checkpoint, 2 in this run", "--model",
+          "resnet18", "--width", "4", "--image-size", "16", "--channels",
+          "1", "--classes", "10", "--data", "synthetic", "--batch", "2",
+          "--steps", "4", "--resume", ck);
+    FAILS(2, "--width: 4 in the checkpoint, 8 in this run", "--model",
+          "resnet18", "--width", "8", "--image-size", "16", "--channels",
+          "1", "--classes", "10", "--data", "synthetic", "--batch", "4",
+          "--steps", "4", "--resume", ck);
+    FAILS(2, "--optimizer: sgd in the checkpoint, adamw in this run",
+          RESNET, "--optimizer", "adamw", "--steps", "4", "--resume", ck);
+    FAILS(2, "--model: resnet18 in the checkpoint, mlp in this run", "--model",
+          "mlp", "--data", "synthetic", "--steps", "4", "--resume", ck);
+    FAILS(2, "has trained 2 steps already", RESNET, "--steps", "1",
+          "--resume", ck);
+    FAILS(2, "give one", RESNET, "--steps", "4", "--resume", ck, "--load",
+          ck);
+    FAILS(2, "--checkpoint-every needs --save", RESNET, "--steps", "4",
+          "--checkpoint-every", "2");
+    FAILS(2, "--checkpoint-every", RESNET, "--checkpoint-every", "0",
+          "--save", ck);
+    FAILS(2, "sim backend", "--model", "gpt2-tiny", "--backend", "sim",
+          "--steps", "4", "--resume", ck);
+    FAILS(2, "/no/such/file", RESNET, "--steps", "4", "--resume",
+          "/no/such/file");
+    FAILS(2, "is not a regular file", RESNET, "--steps", "4", "--resume",
+          tmpdir);
+    const char *plan[] = {"plan", "--model", "mlp", "--resume", ck, NULL};
+    run_tool(&res, false, plan);
+    CHECK(res.status == 2 && strstr(res.err, "delta plan trains nothing"),
+          "plan --resume: %d %s", res.status, res.err);
+
+    /* a checkpoint without one momentum buffer */
+    delta_st_file *f = delta_st_open(ck, NULL, NULL, 0);
+    CHECK(f != NULL, "cannot open %s", ck);
+    if (f) {
+        int n = delta_st_count(f), k = 0, nm = 0;
+        delta_st_entry *e = calloc((size_t)n, sizeof *e);
+        const char *kv[128];
+        const char *keys[] = {
+            "format", "model", "delta_version", "step", "image_size",
+            "channels", "classes", "width", "mlp_hidden", "layers", "hidden",
+            "heads", "seq_len", "vocab", "positions", "checkpoint",
+            "session_step", "data_epoch", "data_index", "batch", "dropout",
+            "optimizer", "lr", "momentum", "weight_decay", "seed", "shuffle",
+            "drop_last", "seq_len_range", "data"};
+        for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++) {
+            kv[2 * nm] = keys[i];
+            kv[2 * nm + 1] = delta_st_metadata(f, keys[i]);
+            nm += kv[2 * nm + 1] != NULL;
+        }
+        for (int i = 0; e && i < n; i++) {
+            const delta_st_tensor *t = delta_st_at(f, i);
+            if (!strcmp(t->name, "optimizer.fc.bias.momentum_buffer"))
+                continue;
+            e[k] = (delta_st_entry){.name = t->name, .st_dtype = t->st_dtype,
+                                    .ndim = t->ndim, .data = t->data};
+            memcpy(e[k].shape, t->shape, sizeof e[k].shape);
+            k++;
+        }
+        CHECK(k == n - 1, "no optimizer.fc.bias.momentum_buffer in %s", ck);
+        CHECK(delta_st_write(cut, e, k, kv, nm, NULL, 0) == DELTA_OK,
+              "writing %s", cut);
+        free(e);
+        delta_st_close(f);
+        FAILS(2, "optimizer.fc.bias.momentum_buffer: missing", RESNET,
+              "--steps", "4", "--resume", cut);
+        CHECK(strstr(res.err, "does not hold the sgd optimizer's state"),
+              "%.400s", res.err);
+    }
+}
+
+/* ---- SIGKILL in the middle of a save --------------------------------------- */
+
+/* Starts `train args` with stderr on a pipe (*errfd) and env set. */
+static pid_t spawn_train(const char *const *args, const char *env_key,
+                         const char *env_val, int *errfd) {
+    const char *argv[MAX_ARGS + 3];
+    tool_argv(argv, true, args);
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        dup2(p[1], 2);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 1);
+        if (env_key) setenv(env_key, env_val, 1);
+        execv(tool, (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    *errfd = p[0];
+    return pid;
+}
+
+/* Reads fd until its text holds needle or it ends; true when found. */
+static bool wait_for_text(int fd, const char *needle, char *buf,
+                          size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (;;) {
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k <= 0) return false;
+        n += (size_t)k;
+        buf[n] = '\0';
+        if (strstr(buf, needle)) return true;
+        if (n == cap - 1) n = 0; /* keep reading; the needle is short */
+    }
+}
+
+/* Checkpoints at steps 2, 4, 6, 8; the third save (step 6) is stopped
+ * halfway through its data and killed. The step-4 checkpoint is whole,
+ * the stale temporary is there, and a resume over the same path finishes
+ * the run with the uninterrupted run's tensors and no temporary left. */
+static void test_kill_mid_save(void) {
+    char ck[128], tmp[160], full[128];
+    path_in_tmp(ck, sizeof ck, "kill.safetensors");
+    snprintf(tmp, sizeof tmp, "%s.tmp", ck);
+    path_in_tmp(full, sizeof full, "kill_full.safetensors");
+    TRAIN(RESNET, "--steps", "8", "--checkpoint-every", "8", "--save", full);
+    CHECK(res.status == 0, "8 steps: %d %s", res.status, res.err);
+
+    const char *args[] = {RESNET, "--steps", "8", "--checkpoint-every", "2",
+                          "--save", ck, NULL};
+    int fd = -1;
+    pid_t pid = spawn_train(args, "DELTA_TEST_SAVE_PAUSE", "3", &fd);
+    CHECK(pid > 0, "fork");
+    if (pid <= 0) return;
+    static char buf[1 << 14];
+    bool paused = wait_for_text(fd, "paused in save 3", buf, sizeof buf);
+    CHECK(paused, "the save did not pause: %.400s", buf);
+    CHECK(exists(tmp), "no temporary %s while saving", tmp);
+    kill(pid, SIGKILL);
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    close(fd);
+    CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL, "not killed: %d", ws);
+    CHECK(file_step(ck) == 4, "after the kill %s is at step %lld, want 4",
+          ck, (long long)file_step(ck));
+    CHECK(exists(tmp), "SIGKILL cannot remove the temporary; expected it");
+    TRAIN(RESNET, "--steps", "8", "--checkpoint-every", "2", "--resume", ck,
+          "--save", ck);
+    CHECK(res.status == 0, "resume after the kill: %d %s", res.status,
+          res.err);
+    CHECK(!exists(tmp), "%s left behind by a good run", tmp);
+    same_tensors(full, ck, NULL);
+}
+
+/* Kills at random moments of a run that saves after every step: whatever
+ * the moment, the checkpoint (when one was written) opens, and resumes. */
+static void test_kill_at_random(void) {
+    char ck[128];
+    path_in_tmp(ck, sizeof ck, "random_kill.safetensors");
+    srand(7);
+    int killed_with_file = 0;
+    for (int round = 0; round < 4; round++) {
+        remove(ck);
+        const char *args[] = {RESNET, "--steps", "40", "--checkpoint-every",
+                              "1", "--save", ck, NULL};
+        int fd = -1;
+        pid_t pid = spawn_train(args, NULL, NULL, &fd);
+        CHECK(pid > 0, "fork");
+        if (pid <= 0) return;
+        usleep((useconds_t)(200000 + rand() % 800000));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(fd);
+        if (!exists(ck)) continue;
+        killed_with_file++;
+        delta_status st;
+        char err[256] = "";
+        delta_st_file *f = delta_st_open(ck, &st, err, sizeof err);
+        CHECK(f != NULL, "round %d: the checkpoint does not open: %s", round,
+              err);
+        delta_st_close(f);
+        int64_t step = file_step(ck);
+        char steps[24];
+        snprintf(steps, sizeof steps, "%lld", (long long)step + 1);
+        TRAIN(RESNET, "--steps", steps, "--resume", ck, "--save", ck);
+        CHECK(res.status == 0 && file_step(ck) == step + 1,
+              "round %d: resuming step %lld: %d %s", round, (long long)step,
+              res.status, res.err);
+    }
+    printf("# random kills: %d of 4 left a checkpoint\n", killed_with_file);
+}
+
+/* ---- host memory ------------------------------------------------------------ */
+
+/* GPT-2 under swap at 50% with lengths drawn in 16:64: the host store a
+ * step needs follows its length. An uncapped run's log gives each step's
+ * need; a cap between what the early steps need and what a later step
+ * needs stops the run at that step, after a checkpoint, which resumes
+ * (uncapped) to the uncapped run's tensors. */
+static void test_host_memory_mid_run(void) {
+#define HOSTRUN GPT2, "--seq-len-range", "16:64", "--seed", "2", "--policy", \
+                "swap", "--budget", "50%"
+    char full[128], ck[128], out[128], j[128];
+    path_in_tmp(full, sizeof full, "h_full.safetensors");
+    path_in_tmp(ck, sizeof ck, "h_ck.safetensors");
+    path_in_tmp(out, sizeof out, "h_out.safetensors");
+    path_in_tmp(j, sizeof j, "h_full.jsonl");
+    TRAIN(HOSTRUN, "--steps", "6", "--checkpoint-every", "6", "--save", full,
+          "--json", j);
+    CHECK(res.status == 0, "uncapped: %d %s", res.status, res.err);
+    cJSON *o[8];
+    int n = read_json_lines(j, o, 8);
+    CHECK(n == 7, "%d JSON lines", n);
+    double host[6], most = 0;
+    int k = -1; /* 0-based step whose need exceeds every earlier one */
+    for (int i = 0; n == 7 && i < 6; i++) {
+        host[i] = num(o[i], "host_bytes");
+        if (i >= 2 && k < 0 && host[i] > most) k = i;
+        if (host[i] > most) most = host[i];
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(o[i]);
+    CHECK(k >= 2, "no later step needs more host memory than steps 1-2");
+    if (k < 2) return;
+    double cap = 0;
+    for (int i = 0; i < k; i++)
+        if (host[i] > cap) cap = host[i];
+    char cap_s[32];
+    snprintf(cap_s, sizeof cap_s, "%.0f", cap);
+    TRAIN(HOSTRUN, "--steps", "6", "--checkpoint-every", "2", "--save", ck,
+          "--host-memory", cap_s);
+    int64_t want = k / 2 * 2; /* the last checkpoint before step k + 1 */
+    CHECK(res.status == 1 && strstr(res.err, "host store") &&
+              strstr(res.err, "--host-memory") && strstr(res.err, "--resume"),
+          "capped at %s: status %d, stderr %.600s", cap_s, res.status,
+          res.err);
+    char step_s[48];
+    snprintf(step_s, sizeof step_s, "step %d:", k + 1);
+    CHECK(strstr(res.err, step_s), "expected the failure at %s: %.400s",
+          step_s, res.err);
+    CHECK(file_step(ck) == want, "checkpoint at step %lld, want %lld",
+          (long long)file_step(ck), (long long)want);
+    TRAIN(HOSTRUN, "--steps", "6", "--resume", ck, "--save", out);
+    CHECK(res.status == 0, "resume: %d %s", res.status, res.err);
+    same_tensors(full, out, NULL);
+    FAILS(2, "--host-memory", HOSTRUN, "--steps", "1", "--host-memory", "0");
+    FAILS(2, "--host-memory", HOSTRUN, "--steps", "1", "--host-memory",
+          "lots");
+#undef HOSTRUN
+}
+
+int main(int argc, char **argv) {
+    if (!cli_setup(argc, argv, "delta_test_resume")) return 1;
+    TEST_RUN(test_resnet_sgd_exact);
+    TEST_RUN(test_gpt2_adamw_exact);
+    TEST_RUN(test_seq_len_range_exact);
+    TEST_RUN(test_partial_batch_exact);
+    TEST_RUN(test_resume_refusals);
+    TEST_RUN(test_kill_mid_save);
+    TEST_RUN(test_kill_at_random);
+    TEST_RUN(test_host_memory_mid_run);
+    cli_cleanup();
+    TEST_MAIN_END();
+}
