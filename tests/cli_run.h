@@ -189,6 +189,39 @@ done:
     delta_st_close(b);
 }
 
+/* An idx file: big-endian header words, then n data bytes. */
+static inline void write_idx(const char *path, const uint32_t *hdr, int nh,
+                             const uint8_t *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    for (int i = 0; i < nh; i++) {
+        uint8_t be[4] = {(uint8_t)(hdr[i] >> 24), (uint8_t)(hdr[i] >> 16),
+                         (uint8_t)(hdr[i] >> 8), (uint8_t)hdr[i]};
+        fwrite(be, 1, 4, f);
+    }
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* dir (made in the temporary folder under name) holds a Fashion-MNIST-like
+ * training split of 10 8x8 images, labels 0..9: in batches of 4 each
+ * epoch ends with a batch of 2. */
+static inline void make_tiny_idx(char *dir, size_t n, const char *name) {
+    char path[256];
+    path_in_tmp(dir, n, name);
+    mkdir(dir, 0755);
+    uint8_t pixels[10 * 8 * 8], labels[10];
+    for (int i = 0; i < 10 * 64; i++)
+        pixels[i] = (uint8_t)((i * 37 + (i / 64) * 11) & 0xff);
+    for (int i = 0; i < 10; i++) labels[i] = (uint8_t)(i % 10);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
+    write_idx(path, (const uint32_t[]){0x803, 10, 8, 8}, 4, pixels,
+              sizeof pixels);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", dir);
+    write_idx(path, (const uint32_t[]){0x801, 10}, 2, labels, sizeof labels);
+}
+
 /* build/X/tests/test_y tests build/X/delta: builds in separate folders
  * (BUILD=..., sanitizers) each test their own tool. */
 static inline void tool_beside(const char *self) {

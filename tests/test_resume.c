@@ -149,37 +149,12 @@ static void test_seq_len_range_exact(void) {
     for (int i = 0; i < nb; i++) cJSON_Delete(ob[i]);
 }
 
-/* An idx file: big-endian header words, then n data bytes. */
-static void write_idx(const char *path, const uint32_t *hdr, int nh,
-                      const uint8_t *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL, "cannot write %s", path);
-    if (!f) return;
-    for (int i = 0; i < nh; i++) {
-        uint8_t be[4] = {(uint8_t)(hdr[i] >> 24), (uint8_t)(hdr[i] >> 16),
-                         (uint8_t)(hdr[i] >> 8), (uint8_t)hdr[i]};
-        fwrite(be, 1, 4, f);
-    }
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 /* 10 images in batches of 4: batches 4, 4, 2 | 4, 4, 2 | 4. Resuming
  * after step 3 starts a new epoch (the position is at the epoch's end);
  * after step 5 the next batch is the short one. */
 static void test_partial_batch_exact(void) {
-    char dir[128], path[192];
-    path_in_tmp(dir, sizeof dir, "tiny-idx");
-    mkdir(dir, 0755);
-    uint8_t pixels[10 * 8 * 8], labels[10];
-    for (int i = 0; i < 10 * 64; i++)
-        pixels[i] = (uint8_t)((i * 37 + (i / 64) * 11) & 0xff);
-    for (int i = 0; i < 10; i++) labels[i] = (uint8_t)(i % 10);
-    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", dir);
-    write_idx(path, (const uint32_t[]){0x803, 10, 8, 8}, 4, pixels,
-              sizeof pixels);
-    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte", dir);
-    write_idx(path, (const uint32_t[]){0x801, 10}, 2, labels, sizeof labels);
+    char dir[128];
+    make_tiny_idx(dir, sizeof dir, "tiny-idx");
 #define TINY "--model", "resnet18", "--width", "4", "--data", dir, "--batch", \
              "4", "--eval-batches", "0", "--quiet"
     char full[128], half[128], out[128];
