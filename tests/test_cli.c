@@ -100,8 +100,8 @@ static void test_usage_errors(void) {
           "--data", "synthetic", "--steps", "1");
     FAILS(2, "--save", "--model", "gpt2-tiny", "--backend", "sim",
           "--save", "x.safetensors");
-    FAILS(2, "cannot write into", "--model", "gpt2-tiny", "--steps", "1",
-          "--save", "/no/such/dir/x.safetensors");
+    FAILS(2, "cannot create files there", "--model", "gpt2-tiny", "--steps",
+          "1", "--save", "/no/such/dir/x.safetensors");
     char json[128];
     snprintf(json, sizeof json, "%s/no/such/dir/log.json", tmpdir);
     FAILS(2, "JSON log", "--model", "gpt2-tiny", "--steps", "1", "--json",

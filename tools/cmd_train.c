@@ -282,8 +282,8 @@ static int parse_args(int argc, char **argv, train_config *c) {
         case OPT_LR:
             if (!parse_f64(opt, a, 0, 100, &c->lr, err, sizeof err) ||
                 c->lr <= 0)
-                return usage_error("%s: expected a learning rate above 0, "
-                                   "got '%s'", opt, a);
+                return usage_error("%s: expected a learning rate above 0 "
+                                   "and at most 100, got '%s'", opt, a);
             break;
         case OPT_OPTIMIZER:
             if (!strcmp(a, "sgd")) c->optimizer = TRAIN_OPT_SGD;

@@ -602,21 +602,10 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     delta_status st0 = resume_check_options(t);
     if (st0 != DELTA_OK) return st0;
 
+    /* Refuse an unwritable --save now rather than after training. */
     if (c->save) {
-        /* Refuse an unwritable --save now rather than after training. */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", c->save);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = '\0';
-        const char *d = slash ? (dir[0] ? dir : "/") : ".";
-        if (access(d, W_OK) != 0)
-            return fail(t, DELTA_ERR_IO, "--save %s: cannot write into %s: "
-                        "%s", c->save, d, strerror(errno));
-        struct stat sb;
-        if (stat(c->save, &sb) == 0 && S_ISDIR(sb.st_mode))
-            return fail(t, DELTA_ERR_IO, "--save %s is a directory; give a "
-                        "file name (e.g. %s/model.safetensors)", c->save,
-                        c->save);
+        delta_status sst = checkpoint_probe(c->save, t->err, sizeof t->err);
+        if (sst != DELTA_OK) return sst;
     }
 
     /* The family decides the data: image_size is set for classifiers. */
