@@ -222,6 +222,25 @@ static inline void make_tiny_idx(char *dir, size_t n, const char *name) {
     write_idx(path, (const uint32_t[]){0x801, 10}, 2, labels, sizeof labels);
 }
 
+/* The metadata of a delta training checkpoint (every key delta writes)
+ * as key, value pairs into kv (room for 64 strings); returns the pairs. */
+static inline int st_meta_pairs(const delta_st_file *f, const char **kv) {
+    static const char *const keys[] = {
+        "format", "model", "delta_version", "step", "image_size",
+        "channels", "classes", "width", "mlp_hidden", "layers", "hidden",
+        "heads", "seq_len", "vocab", "positions", "checkpoint",
+        "session_step", "data_epoch", "data_index", "batch", "dropout",
+        "optimizer", "lr", "momentum", "weight_decay", "seed", "shuffle",
+        "drop_last", "seq_len_range", "data"};
+    int n = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        kv[2 * n] = keys[i];
+        kv[2 * n + 1] = delta_st_metadata(f, keys[i]);
+        n += kv[2 * n + 1] != NULL;
+    }
+    return n;
+}
+
 /* build/X/tests/test_y tests build/X/delta: builds in separate folders
  * (BUILD=..., sanitizers) each test their own tool. */
 static inline void tool_beside(const char *self) {

@@ -240,19 +240,8 @@ static void test_resume_refusals(void) {
     if (f) {
         int n = delta_st_count(f), k = 0, nm = 0;
         delta_st_entry *e = calloc((size_t)n, sizeof *e);
-        const char *kv[128];
-        const char *keys[] = {
-            "format", "model", "delta_version", "step", "image_size",
-            "channels", "classes", "width", "mlp_hidden", "layers", "hidden",
-            "heads", "seq_len", "vocab", "positions", "checkpoint",
-            "session_step", "data_epoch", "data_index", "batch", "dropout",
-            "optimizer", "lr", "momentum", "weight_decay", "seed", "shuffle",
-            "drop_last", "seq_len_range", "data"};
-        for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++) {
-            kv[2 * nm] = keys[i];
-            kv[2 * nm + 1] = delta_st_metadata(f, keys[i]);
-            nm += kv[2 * nm + 1] != NULL;
-        }
+        const char *kv[64];
+        nm = st_meta_pairs(f, kv);
         for (int i = 0; e && i < n; i++) {
             const delta_st_tensor *t = delta_st_at(f, i);
             if (!strcmp(t->name, "optimizer.fc.bias.momentum_buffer"))
