@@ -15,8 +15,13 @@ Run with Debian's Python, which has torch:
         the other direction: reads checkpoints that `delta train --save`
         wrote, builds the PyTorch module their metadata names (model and
         config), and loads them with load_state_dict(strict=True); then
-        checks every value came through and runs a forward pass. Prints
-        "ok FILE" per file; exits 1 on any failure.
+        checks every value came through and runs a forward pass. A training
+        checkpoint (--checkpoint-every, metadata "checkpoint": "training")
+        also holds the optimizer's state under "optimizer.<param>.<slot>":
+        those entries are set apart before load_state_dict and put into
+        a torch.optim optimizer of the metadata's settings, as
+        docs/CHECKPOINTS.md tells PyTorch users to. Prints "ok FILE" per
+        file; exits 1 on any failure.
 
 The modules are the reference modules of scripts/make_model_fixtures.py:
 torchvision's ResNet with a width parameter (and torchvision's own ResNet
@@ -153,13 +158,52 @@ def module_for(meta):
     raise ValueError("unknown model '%s' in the metadata" % name)
 
 
+def torch_optimizer(m, opt_sd, meta):
+    """A torch.optim optimizer of m with the settings and state of a delta
+    training checkpoint: opt_sd holds "optimizer.<param>.<slot>" tensors.
+    torch keeps AdamW's step per parameter; delta's is the checkpoint's
+    session_step."""
+    lr, wd = float(meta["lr"]), float(meta["weight_decay"])
+    momentum = float(meta["momentum"])
+    if meta["optimizer"] == "sgd":
+        opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum,
+                              weight_decay=wd)
+        slots = ["momentum_buffer"] if momentum > 0 else []
+    else:
+        opt = torch.optim.AdamW(m.parameters(), lr=lr, betas=(momentum, 0.999),
+                                eps=1e-8, weight_decay=wd)
+        slots = ["exp_avg", "exp_avg_sq"]
+    used = set()
+    for name, p in m.named_parameters():
+        state = {}
+        for slot in slots:
+            key = "optimizer.%s.%s" % (name, slot)
+            state[slot] = opt_sd[key].clone()
+            used.add(key)
+        if meta["optimizer"] == "adamw":
+            state["step"] = torch.tensor(float(meta["session_step"]))
+        if state:
+            opt.state[p] = state
+    if used != set(opt_sd):
+        raise ValueError("optimizer entries without a parameter: %s"
+                         % sorted(set(opt_sd) - used)[:5])
+    return opt
+
+
 def check(path):
     sd, meta = read_safetensors(path)
     if meta.get("format") != "delta":
         raise ValueError("metadata format is %r, expected 'delta'"
                          % meta.get("format"))
+    opt_sd = {k: sd.pop(k) for k in list(sd) if k.startswith("optimizer.")}
+    if opt_sd and meta.get("checkpoint") != "training":
+        raise ValueError("optimizer entries in a file that is not a "
+                         "training checkpoint")
     m = module_for(meta)
     m.load_state_dict(sd, strict=True)  # raises on missing/unexpected keys
+    if meta.get("checkpoint") == "training":
+        opt = torch_optimizer(m, opt_sd, meta)
+        opt.load_state_dict(opt.state_dict())  # torch's own round trip
     for k, v in m.state_dict().items():
         if not torch.equal(v, sd[k].to(v.dtype)):
             raise ValueError("%s changed on loading" % k)
@@ -176,8 +220,8 @@ def check(path):
             out = m(torch.zeros(2, c, s, s))
     if not torch.isfinite(out).all():
         raise ValueError("the forward pass gives non-finite values")
-    return "%s: %d tensors, model %s, step %s" % (
-        path, len(sd), meta.get("model"), meta.get("step"))
+    return "%s: %d tensors, %d of optimizer state, model %s, step %s" % (
+        path, len(sd), len(opt_sd), meta.get("model"), meta.get("step"))
 
 
 def main(argv):

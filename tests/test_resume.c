@@ -183,6 +183,29 @@ static void test_partial_batch_exact(void) {
 #undef TINY
 }
 
+/* PyTorch takes the training checkpoints of the tests above as
+ * docs/CHECKPOINTS.md says: the model with load_state_dict(strict=True)
+ * once the "optimizer." entries are set apart, those into torch.optim
+ * (scripts/make_checkpoint_fixture.py --check does both). Skipped without
+ * Debian's python3-torch. */
+static void test_pytorch_takes_checkpoints(void) {
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        TEST_SKIP("no PyTorch in /usr/bin/python3 (package python3-torch)");
+    char rn[128], gp[128], log[128], cmd[640];
+    path_in_tmp(rn, sizeof rn, "rn_full.safetensors");
+    path_in_tmp(gp, sizeof gp, "g_full.safetensors");
+    path_in_tmp(log, sizeof log, "pytorch.log");
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 "
+             "scripts/make_checkpoint_fixture.py --check %s %s >%s 2>&1", rn,
+             gp, log);
+    int rc = system(cmd);
+    static char out[4096];
+    slurp(log, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "of optimizer state, model resnet18") &&
+              strstr(out, "of optimizer state, model gpt2-tiny"),
+          "PyTorch check: %d %s", rc, out);
+}
+
 /* ---- refusals --------------------------------------------------------------- */
 
 static void test_resume_refusals(void) {
@@ -444,6 +467,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_gpt2_adamw_exact);
     TEST_RUN(test_seq_len_range_exact);
     TEST_RUN(test_partial_batch_exact);
+    TEST_RUN(test_pytorch_takes_checkpoints);
     TEST_RUN(test_resume_refusals);
     TEST_RUN(test_kill_mid_save);
     TEST_RUN(test_kill_at_random);
