@@ -4,7 +4,8 @@
  *    batch-norm state, optimizer state), as K steps + --resume + N - K
  *    steps: ResNet with SGD (momentum, running stats), GPT-2 with AdamW and
  *    dropout, with no budget and under delta, swap and dtr at 50-60% of the
- *    peak (the halves under different policies too), with --seq-len-range
+ *    peak (the halves under different policies too), GPT-2 with SGD under
+ *    swap then dtr at 50%, with --seq-len-range
  *    and with an epoch's partial last batch (resuming at the end of an
  *    epoch and just before its short batch);
  *  - a resume with other settings, of a model file, past --steps, of a
@@ -114,6 +115,30 @@ static void test_gpt2_adamw_exact(void) {
               plan[i][3], res.status, res.err);
         same_tensors(full, out, NULL);
     }
+}
+
+/* SGD under the peers at 50%: GPT-2 with --optimizer sgd (its momentum
+ * buffers are smaller than AdamW's moments, so dtr fits 50% too), the
+ * first half under swap, the second under dtr. */
+static void test_gpt2_sgd_peers_exact(void) {
+    char full[128], half[128], out[128];
+    path_in_tmp(full, sizeof full, "gs_full.safetensors");
+    path_in_tmp(half, sizeof half, "gs_half.safetensors");
+    path_in_tmp(out, sizeof out, "gs_out.safetensors");
+    TRAIN(GPT2, "--optimizer", "sgd", "--steps", "4", "--checkpoint-every",
+          "4", "--save", full);
+    CHECK(res.status == 0, "4 steps: %d %s", res.status, res.err);
+    TRAIN(GPT2, "--optimizer", "sgd", "--steps", "2", "--checkpoint-every",
+          "2", "--save", half, "--policy", "swap", "--budget", "50%");
+    CHECK(res.status == 0, "swap 50%%, 2 steps: %d %s", res.status, res.err);
+    TRAIN(GPT2, "--optimizer", "sgd", "--steps", "4", "--resume", half,
+          "--save", out, "--policy", "dtr", "--budget", "50%");
+    CHECK(res.status == 0, "resume under dtr 50%%: %d %s", res.status,
+          res.err);
+    same_tensors(full, out, NULL);
+    CHECK(count_prefixed(out, "optimizer.") ==
+              count_prefixed(out, "transformer."),
+          "expected a momentum buffer for every parameter");
 }
 
 /* --seq-len-range: the lengths are drawn from (seed, step counter), so the
@@ -467,6 +492,7 @@ int main(int argc, char **argv) {
     if (!cli_setup(argc, argv, "delta_test_resume")) return 1;
     TEST_RUN(test_resnet_sgd_exact);
     TEST_RUN(test_gpt2_adamw_exact);
+    TEST_RUN(test_gpt2_sgd_peers_exact);
     TEST_RUN(test_seq_len_range_exact);
     TEST_RUN(test_partial_batch_exact);
     TEST_RUN(test_pytorch_takes_checkpoints);
