@@ -200,7 +200,7 @@ static inline void write_idx(const char *path, const uint32_t *hdr, int nh,
                          (uint8_t)(hdr[i] >> 8), (uint8_t)hdr[i]};
         fwrite(be, 1, 4, f);
     }
-    fwrite(data, 1, n, f);
+    if (n) fwrite(data, 1, n, f);
     fclose(f);
 }
 
