@@ -234,6 +234,12 @@ static void test_pytorch_takes_checkpoints(void) {
 /* ---- refusals --------------------------------------------------------------- */
 
 static void test_resume_refusals(void) {
+    const char *help[] = {"--help", NULL};
+    run_tool(&res, true, help);
+    CHECK(res.status == 0 && strstr(res.out, "--checkpoint-every N") &&
+              strstr(res.out, "--resume FILE") &&
+              strstr(res.out, "--host-memory SIZE"),
+          "--help lacks the checkpoint options: %.300s", res.out);
     char ck[128], model[128], cut[128];
     path_in_tmp(ck, sizeof ck, "ref_ck.safetensors");
     path_in_tmp(model, sizeof model, "ref_model.safetensors");
