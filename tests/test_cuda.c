@@ -26,7 +26,8 @@
 #include <sys/wait.h>
 
 static const char *only; /* argv[1] */
-static const char *tool = "build/delta";
+/* the delta of this test's build: BUILD/tests/test_cuda -> BUILD/delta */
+static char tool[1024] = "build/delta";
 
 /* ---- the GPU, once -------------------------------------------------------- */
 
@@ -64,7 +65,7 @@ static int run_cmd(const char *cmd, char *out, size_t cap) {
 }
 
 static void test_cli_backend_cuda(void) {
-    char out[8192], cmd[512];
+    char out[8192], cmd[2048];
     snprintf(cmd, sizeof cmd, "%s train --model mlp --batch 8 --steps 1 "
              "--data synthetic --backend cuda --budget 60%% --quiet", tool);
     int rc = run_cmd(cmd, out, sizeof out);
@@ -575,6 +576,10 @@ static void test_copy_overlaps_kernels(void) {
 
 int main(int argc, char **argv) {
     only = argc > 1 ? argv[1] : NULL;
+    const char *slash = strrchr(argv[0], '/');
+    if (slash && slash - argv[0] > 6 && !strncmp(slash - 6, "/tests", 6))
+        snprintf(tool, sizeof tool, "%.*s/delta", (int)(slash - 6 - argv[0]),
+                 argv[0]);
     TEST_RUN(test_cli_backend_cuda);
     TEST_RUN(test_programs_cover_every_op);
     TEST_RUN(test_op_harness_on_cpu);
