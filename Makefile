@@ -85,6 +85,10 @@ CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib) /usr/lib/$(shell $(CC) -print-multiarch))
 CUDA_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 CFLAGS += -DDELTA_HAVE_CUDA -I$(CUDA_HOME)/include
+# cuDNN is loaded at run time (dlopen); its header only gives the types
+ifneq ($(wildcard $(CUDA_HOME)/include/cudnn.h),)
+CFLAGS += -DDELTA_HAVE_CUDNN_H
+endif
 LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublas -lcudart -ldl -lstdc++
 # sm_80 (A100) and sm_90 (H100) machine code, plus sm_90 PTX for newer GPUs
 # (CUDA 13 has no Volta). --fmad=false: no FMA contraction, so pointwise

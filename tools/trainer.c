@@ -449,10 +449,12 @@ static delta_status setup_backend(trainer *t) {
             return fail(t, delta_cuda_built() ? DELTA_ERR_STATE
                                               : DELTA_ERR_UNSUPPORTED,
                         "%s", sub);
-        info(t, "backend: cuda, device memory %s, link %.1f GB/s",
+        info(t, "backend: cuda, device memory %s, link %.1f GB/s, "
+             "convolutions on %s",
              delta_format_bytes(delta_backend_device_bytes(t->backend), b1,
                                 sizeof b1),
-             delta_backend_link_bps(t->backend) / 1e9);
+             delta_backend_link_bps(t->backend) / 1e9,
+             delta_cuda_conv_path(t->backend));
     } else {
         /* Unthrottled when nothing can be swapped (no budget); with a
          * budget the backend's default link (see delta/backend.h). */

@@ -80,6 +80,9 @@ bool delta_cuda_built(void);
 /* CUDA devices present: > 0, or 0 with the reason in err (no driver, no
  * device, built without CUDA). Never fails otherwise. */
 int delta_cuda_device_count(char *err, size_t err_len);
+/* What a cuda backend runs convolutions on ("cuDNN 9.x.y", or "im2col +
+ * cuBLAS (no cuDNN: why)"); NULL for other backends. */
+const char *delta_cuda_conv_path(const delta_backend *b);
 
 /* Drains pending copies, stops the copy engines, frees the arena. NULL is
  * a no-op. */

@@ -36,6 +36,18 @@ static cgeom cgeom_of(const delta_kargs *k, const int64_t *xs,
     return G;
 }
 
+/* cuDNN first (a deterministic algorithm within the op's workspace),
+ * when the backend found it; false: lower it here. */
+static bool try_cudnn(const delta_cuda_kctx *c, const delta_kargs *k,
+                      const cgeom *g, const float *a, const float *b,
+                      float *out) {
+    if (!c->dnn) return false;
+    delta_conv_dims d = {g->n, g->c, g->h, g->w, g->k,
+                         g->r, g->s, g->st, g->pad};
+    return delta_cudnn_conv(c->dnn, k->op->type, &d, a, b, out, k->ws,
+                            k->ws ? k->op->workspace : 0);
+}
+
 static bool pointwise(const cgeom *g) {
     return g->r == 1 && g->s == 1 && g->st == 1 && g->pad == 0;
 }
@@ -196,7 +208,9 @@ void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k) {
         return;
     }
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
-    if (pointwise(&g)) {
+    if (try_cudnn(c, k, &g, x, w, y)) {
+        /* done by cuDNN */
+    } else if (pointwise(&g)) {
         delta_cu_gemm(c, false, false, g.k, g.pq, g.c, 1.0f, w, g.c, 0, x,
                       g.hw, g.c * g.hw, 0.0f, y, g.pq, g.k * g.pq, g.n);
     } else if (b.band == 0) {
@@ -230,6 +244,7 @@ void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k) {
         cudaMemsetAsync(dx, 0, (size_t)total * sizeof(float), c->stream);
         return;
     }
+    if (try_cudnn(c, k, &g, dy, w, dx)) return;
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
     if (pointwise(&g)) {
         delta_cu_gemm(c, true, false, g.c, g.pq, g.k, 1.0f, w, g.c, 0, dy,
@@ -265,6 +280,7 @@ void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k) {
                         c->stream);
         return;
     }
+    if (try_cudnn(c, k, &g, x, dy, dw)) return;
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
     float beta = 0.0f; /* the first product overwrites dw, later ones add */
     if (pointwise(&g)) {

@@ -11,6 +11,11 @@
 
 bool delta_cuda_built(void) { return false; }
 
+const char *delta_cuda_conv_path(const delta_backend *b) {
+    (void)b;
+    return NULL;
+}
+
 int delta_cuda_device_count(char *err, size_t err_len) {
     if (err && err_len) snprintf(err, err_len, "%s", ABSENT_WHY);
     return 0;

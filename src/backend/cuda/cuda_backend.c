@@ -33,6 +33,8 @@
  *  - The host's own accesses to the arena (upload/download) are copies on
  *    the compute stream followed by a wait for it: in order with the
  *    kernels, and complete when they return.
+ *  - Convolutions: cuDNN when libcudnn.so.9 can be loaded (cudnn_conv.c),
+ *    else im2col + cuBLAS (cu_conv.cu).
  *  - Outside the budget: the CUDA context, the cuBLAS handle with its
  *    fixed workspace (CUBLAS_WS_BYTES, set so cuBLAS never allocates and
  *    stays deterministic) and a small scratch buffer for reductions
@@ -76,6 +78,8 @@ typedef struct cuda_backend {
     int device;
     cstream st[DELTA_STREAM_COUNT];
     cublasHandle_t blas;
+    delta_cudnn *dnn;      /* NULL: convolutions on im2col + cuBLAS */
+    char conv_path[320];   /* what convolutions run on, for the CLI */
     void *blas_ws, *scratch;
     delta_cuda_kctx kc;
     cudaEvent_t t_base, t_now;
@@ -302,6 +306,7 @@ static void cu_destroy(void *ctx) {
     for (int s = 0; s < DELTA_STREAM_COUNT; s++)
         if (be->st[s].s) cudaStreamSynchronize(be->st[s].s);
     if (be->arena) cudaFree(be->arena);
+    delta_cudnn_close(be->dnn);
     if (be->blas) cublasDestroy(be->blas);
     if (be->blas_ws) cudaFree(be->blas_ws);
     if (be->scratch) cudaFree(be->scratch);
@@ -344,6 +349,11 @@ static const delta_backend_ops cuda_ops = {
 /* ---- construction --------------------------------------------------------- */
 
 bool delta_cuda_built(void) { return true; }
+
+const char *delta_cuda_conv_path(const delta_backend *b) {
+    if (!b || b->ops != &cuda_ops) return NULL;
+    return ((const cuda_backend *)b->ctx)->conv_path;
+}
 
 int delta_cuda_device_count(char *err, size_t err_len) {
     int n = 0;
@@ -453,8 +463,18 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
         cu_destroy(be);
         return NULL;
     }
+    be->dnn = delta_cudnn_open(be->st[DELTA_STREAM_COMPUTE].s, why, sizeof why);
+    if (be->dnn) {
+        size_t v = delta_cudnn_version(be->dnn);
+        snprintf(be->conv_path, sizeof be->conv_path, "cuDNN %zu.%zu.%zu",
+                 v / 10000, v / 100 % 100, v % 100);
+    } else {
+        snprintf(be->conv_path, sizeof be->conv_path,
+                 "im2col + cuBLAS (no cuDNN: %s)", why);
+    }
     be->kc = (delta_cuda_kctx){be->st[DELTA_STREAM_COMPUTE].s, be->blas,
-                               be->scratch, DELTA_CUDA_SCRATCH_BYTES};
+                               be->scratch, DELTA_CUDA_SCRATCH_BYTES,
+                               be->dnn};
     size_t free_b = 0, total_b = 0;
     step = "cudaMemGetInfo";
     if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) goto fail_cuda;

@@ -7,7 +7,7 @@
  * sequence, or a block's fixed shared-memory tree); no atomics. So running
  * an op twice on the same inputs gives the same bits (a recomputed tensor
  * equals the dropped one), and results do not depend on timing. Which ops
- * go to cuBLAS and which are our kernels: docs/CUDA.md. */
+ * go to cuBLAS or cuDNN and which are our kernels: docs/CUDA.md. */
 #ifndef DELTA_CUDA_KERNELS_H
 #define DELTA_CUDA_KERNELS_H
 
@@ -23,11 +23,14 @@ extern "C" {
  * device buffer owned by the backend, outside the arena (reductions keep
  * their per-row partials there; kernels fall back to a slower one-block
  * form when it is too small). */
+typedef struct delta_cudnn delta_cudnn;
+
 typedef struct delta_cuda_kctx {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *scratch;
     size_t scratch_bytes;
+    delta_cudnn *dnn;      /* cuDNN for convolutions, or NULL */
 } delta_cuda_kctx;
 
 #define DELTA_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
@@ -38,6 +41,24 @@ void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k);
 /* A device-side move that allows overlap (memmove), on c->stream. */
 void delta_cuda_memmove(const delta_cuda_kctx *c, void *dst, const void *src,
                         size_t bytes);
+
+/* ---- cuDNN, loaded at run time (cudnn_conv.c) ------------------------------ */
+typedef struct delta_conv_dims {
+    int64_t n, c, h, w, k, r, s, stride, pad;
+} delta_conv_dims;
+
+/* Loads libcudnn.so.9 and binds a handle to stream; NULL with the reason in
+ * why when it cannot be had (or DELTA_CUDNN=0). */
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n);
+void delta_cudnn_close(delta_cudnn *d);
+size_t delta_cudnn_version(const delta_cudnn *d);
+/* The convolution of type (CONV2D: a = x, b = w, out = y without bias;
+ * CONV2D_DX: a = dy, b = w, out = dx; CONV2D_DW: a = x, b = dy, out = dw)
+ * with a deterministic, plain-fp32 algorithm whose workspace fits
+ * ws_bytes. false when there is none: nothing was launched. */
+bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
+                      const delta_conv_dims *g, const float *a,
+                      const float *b, float *out, void *ws, size_t ws_bytes);
 
 /* ---- per file (grouped as the CPU kernels) -------------------------------- */
 /* cu_matmul.cu */
