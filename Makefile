@@ -44,12 +44,17 @@ NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/c
 # leaves it out, CUDA=1 requires it. Sanitizer builds leave it out unless
 # CUDA=1 (the CUDA runtime and ASan/TSan do not mix). Without it the build
 # is unchanged and --backend cuda says it was built without CUDA.
+SAN_NO_CUDA := $(if $(SANITIZE),$(if $(filter 1,$(CUDA)),,yes),)
 ifeq ($(CUDA),0)
 HAVE_CUDA :=
-else ifneq ($(NVCC),)
-HAVE_CUDA := $(if $(and $(SANITIZE),$(filter-out 1,$(CUDA))),,yes)
-else ifeq ($(CUDA),1)
+else ifeq ($(NVCC),)
+ifeq ($(CUDA),1)
 $(error CUDA=1 but nvcc was not found (PATH, /usr/local/cuda/bin))
+endif
+else ifeq ($(SAN_NO_CUDA),yes)
+HAVE_CUDA :=
+else
+HAVE_CUDA := yes
 endif
 
 
