@@ -120,7 +120,7 @@ ifeq ($(HAVE_CUDA),yes)
 LIB_SRC := $(filter-out src/backend/cuda/cuda_absent.c,$(LIB_SRC))
 CU_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
 else
-LIB_SRC := $(filter-out src/backend/cuda/cuda_backend.c,$(LIB_SRC))
+LIB_SRC := $(filter-out $(filter-out %/cuda_absent.c,$(wildcard src/backend/cuda/*.c)),$(LIB_SRC))
 CU_SRC :=
 endif
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
