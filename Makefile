@@ -110,7 +110,7 @@ endif
 
 mark = $(if $(1),✓,✗)
 ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (CUDA=0),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: CUDA=0 or a sanitizer build),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------
