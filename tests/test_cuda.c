@@ -9,8 +9,8 @@
  *    each op run twice on the GPU gives the same bits (recomputation).
  *  - policies: every policy at several budgets trains the tiny mlp,
  *    resnet, gpt2 and bert bit-identical to keep with no budget, on the
- *    GPU, with the arena's high-water mark inside the budget; keep on the
- *    GPU stays close to keep on the CPU.
+ *    GPU, with the arena's high-water mark inside the budget; keep (with
+ *    SGD) on the GPU stays close to keep on the CPU.
  *  - streams: copies and kernels are ordered by events, and a copy is seen
  *    in flight while kernels run (overlapping spans on the GPU's clock).
  *  - without a GPU (any build): `delta train --backend cuda` fails with a
@@ -447,22 +447,34 @@ static void test_policies_exact(void) {
                            sizeof why);
         CHECK(oc == RAN, "keep on %s: %s", mc->label, why);
         if (oc != RAN) continue;
-        /* the GPU's keep against the CPU's: close, not equal (GEMM order) */
-        oc = train(mc, cpu, NULL, 0, &host, &host_n, &peak, &sum, why,
+        /* the GPU's keep against the CPU's: close, not equal (GEMM order).
+         * With SGD: AdamW turns a gradient that is rounding noise into a
+         * full lr-sized step, so it cannot be compared this way. */
+        model_case sgd = *mc;
+        sgd.adamw = false;
+        char *dev = NULL;
+        size_t dev_n = 0;
+        oc = train(&sgd, cpu, NULL, 0, &host, &host_n, &peak, &sum, why,
                    sizeof why);
-        if (oc == RAN && host_n == ref_n) {
-            const float *a = (const float *)ref, *b = (const float *)host;
+        if (oc == RAN)
+            oc = train(&sgd, be, NULL, 0, &dev, &dev_n, &peak, &sum, why,
+                       sizeof why);
+        CHECK(oc == RAN && host_n == dev_n, "keep with SGD on %s: %s",
+              mc->label, why);
+        if (oc == RAN && host_n == dev_n) {
+            const float *a = (const float *)dev, *b = (const float *)host;
             double worst = 0;
-            for (size_t i = 0; i < ref_n / 4; i++) {
-                double q = fabs((double)a[i] - b[i]) / (1e-3 + 1e-2 * fabs(b[i]));
+            for (size_t i = 0; i < dev_n / 4; i++) {
+                double q = fabs((double)a[i] - b[i]) / (1e-4 + 1e-3 * fabs(b[i]));
                 if (!(q <= worst)) worst = q;
             }
-            printf("  %-6s keep: gpu vs cpu after %d steps: worst %.3g x the "
-                   "tolerance\n", mc->label, N_STEPS, worst);
+            printf("  %-6s keep, SGD: gpu vs cpu after %d steps: worst %.3g x "
+                   "the tolerance\n", mc->label, N_STEPS, worst);
             CHECK(worst <= 1.0, "%s: GPU training drifts from the CPU's",
                   mc->label);
         }
         free(host);
+        free(dev);
         size_t base = baseline_peak(mc, &min_budget);
         for (const char *const *p = delta_session_policies(); *p; p++) {
             if (only && strcmp(only, *p)) continue;
