@@ -131,7 +131,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan bench-cuda
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan bench-cuda test-cuda
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -217,6 +217,12 @@ bench-pool:
 bench-policies:
 	@$(MAKE) --no-print-directory tool
 	@scripts/bench_policies.sh $(BUILD)/delta
+
+# On a machine with an NVIDIA GPU: the CUDA tests (they skip themselves,
+# saying why, anywhere else; make test runs them too).
+test-cuda: deps-check
+	@$(MAKE) --no-print-directory CUDA=1 tool $(BUILD)/tests/test_cuda
+	@tests/run.sh $(BUILD)/tests/test_cuda
 
 # On a machine with an NVIDIA GPU: delta's cuda backend beside PyTorch on
 # the same GPU, overhead per policy, and the simulator's prediction
