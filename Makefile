@@ -2,7 +2,8 @@
 # `make test` runs the tests; `make run` runs the main job; `make deps`
 # installs what is needed. Switches: NO_BLAS=1 (built-in GEMM only),
 # NO_OMP=1, SANITIZE=address,undefined | thread (separate build folder),
-# DEBUG=1 (-O0 -g), V=1 (show commands).
+# DEBUG=1 (-O0 -g), V=1 (show commands), CUDA=0 / CUDA=1 (the CUDA backend:
+# left out / required; default: built when nvcc is found).
 CC ?= cc
 ifeq ($(CC),cc)
 CC := gcc
@@ -39,6 +40,23 @@ HAVE_ZLIB := $(call probe,zlib.h,-lz)
 HAVE_CJSON := $(call probe,cjson/cJSON.h,-lcjson)
 NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 
+# The CUDA backend (docs/CUDA.md): built whenever nvcc is found; CUDA=0
+# leaves it out, CUDA=1 requires it. Sanitizer builds leave it out unless
+# CUDA=1 (the CUDA runtime and ASan/TSan do not mix). Without it the build
+# is unchanged and --backend cuda says it was built without CUDA.
+SAN_NO_CUDA := $(if $(SANITIZE),$(if $(filter 1,$(CUDA)),,yes),)
+ifeq ($(CUDA),0)
+HAVE_CUDA :=
+else ifeq ($(NVCC),)
+ifeq ($(CUDA),1)
+$(error CUDA=1 but nvcc was not found (PATH, /usr/local/cuda/bin))
+endif
+else ifeq ($(SAN_NO_CUDA),yes)
+HAVE_CUDA :=
+else
+HAVE_CUDA := yes
+endif
+
 
 ifeq ($(HAVE_OMP),yes)
 CFLAGS += -fopenmp
@@ -67,6 +85,24 @@ ifeq ($(HAVE_CJSON),yes)
 CFLAGS += -DDELTA_HAVE_CJSON
 LDLIBS += -lcjson
 endif
+ifeq ($(HAVE_CUDA),yes)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib) /usr/lib/$(shell $(CC) -print-multiarch))
+CUDA_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+CFLAGS += -DDELTA_HAVE_CUDA -I$(CUDA_HOME)/include
+# cuDNN is loaded at run time (dlopen); its header only gives the types
+ifneq ($(wildcard $(CUDA_HOME)/include/cudnn.h),)
+CFLAGS += -DDELTA_HAVE_CUDNN_H
+endif
+LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublas -lcudart -ldl -lstdc++
+# sm_80 (A100) and sm_90 (H100) machine code, plus sm_90 PTX for newer GPUs
+# (CUDA 13 has no Volta). --fmad=false: no FMA contraction, so pointwise
+# kernels round as the CPU's do.
+NVCCFLAGS := -std=c++17 -O2 -g -Iinclude -Isrc --fmad=false \
+  -Xcompiler -fPIC,-Wall,-Wextra -DDELTA_HAVE_CUDA \
+  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -gencode arch=compute_90,code=compute_90
+endif
 ifdef SANITIZE
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -74,12 +110,20 @@ endif
 
 mark = $(if $(1),✓,✗)
 ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(NVCC)) CUDA$(if $(NVCC), (nvcc found; backend comes with the CUDA issue),)$(if $(SANITIZE),  sanitize=$(SANITIZE),))
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: CUDA=0 or a sanitizer build),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------
 LIB_SRC := $(sort $(shell find src -name '*.c'))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# the CUDA backend, or its absence (src/backend/cuda/cuda_absent.c)
+ifeq ($(HAVE_CUDA),yes)
+LIB_SRC := $(filter-out src/backend/cuda/cuda_absent.c,$(LIB_SRC))
+CU_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
+else
+LIB_SRC := $(filter-out $(filter-out %/cuda_absent.c,$(wildcard src/backend/cuda/*.c)),$(LIB_SRC))
+CU_SRC :=
+endif
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -87,7 +131,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan bench-cuda test-cuda
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -97,14 +141,19 @@ tests: $(TEST_BIN)
 # Rebuild everything when the flags change.
 $(BUILD)/flags: FORCE
 	@mkdir -p $(BUILD)
-	@echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)' | cmp -s - $@ || \
-	  echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)' > $@
+	@echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) $(NVCCFLAGS)' | cmp -s - $@ || \
+	  echo '$(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS) $(NVCCFLAGS)' > $@
 FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<",true)
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<",true)
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libdelta.a: $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -168,6 +217,19 @@ bench-pool:
 bench-policies:
 	@$(MAKE) --no-print-directory tool
 	@scripts/bench_policies.sh $(BUILD)/delta
+
+# On a machine with an NVIDIA GPU: the CUDA tests (they skip themselves,
+# saying why, anywhere else; make test runs them too).
+test-cuda: deps-check
+	@$(MAKE) --no-print-directory CUDA=1 tool $(BUILD)/tests/test_cuda
+	@tests/run.sh $(BUILD)/tests/test_cuda
+
+# On a machine with an NVIDIA GPU: delta's cuda backend beside PyTorch on
+# the same GPU, overhead per policy, and the simulator's prediction
+# (scripts/bench_cuda.sh; writes build/bench_cuda.md).
+bench-cuda:
+	@$(MAKE) --no-print-directory CUDA=1 tool
+	@scripts/bench_cuda.sh $(BUILD)/delta
 
 clean:
 	rm -rf build

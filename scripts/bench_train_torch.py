@@ -2,7 +2,8 @@
 (ResNet-18 on 1x28x28 images, batch 64, SGD; a GPT-2-shaped model, 4 layers,
 128 wide, 4 heads, T 64, vocab 256, batch 8, AdamW), on random data of the
 right shapes, timed over `steps` steps after warm-up. Prints
-"resnet18 samples_per_s X" and "gpt2 tokens_per_s Y". Run with Debian's
+"resnet18 samples_per_s X" and "gpt2 tokens_per_s Y" (its GPT class is also
+the GPU benchmark's, scripts/bench_cuda_torch.py). Run with Debian's
 python3 (python3-torch, python3-torchvision)."""
 import sys
 import time
@@ -11,10 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-torch.set_num_threads(threads)
-torch.manual_seed(0)
+threads, steps = 2, 20  # set from the command line below
 
 
 def timed(step, n):
@@ -55,7 +53,7 @@ class Block(nn.Module):
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.nh, c // self.nh).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / (k.shape[-1] ** 0.5)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = F.dropout(att.masked_fill(~mask, float("-inf")).softmax(-1), self.p)
         y = (att @ v).transpose(1, 2).reshape(b, t, c)
         x = x + F.dropout(self.c_proj(y), self.p)
@@ -72,7 +70,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[1]
-        x = F.dropout(self.wte(idx) + self.wpe(torch.arange(t)), self.p)
+        x = F.dropout(self.wte(idx) + self.wpe(torch.arange(t, device=idx.device)), self.p)
         for blk in self.h:
             x = blk(x)
         return self.ln_f(x) @ self.wte.weight.t()
@@ -92,5 +90,10 @@ def gpt2():
     return 8 * 64 / timed(step, steps)
 
 
-print(f"resnet18 samples_per_s {resnet18():.1f}", flush=True)
-print(f"gpt2 tokens_per_s {gpt2():.1f}", flush=True)
+if __name__ == "__main__":  # scripts/bench_cuda_torch.py imports GPT
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    print(f"resnet18 samples_per_s {resnet18():.1f}", flush=True)
+    print(f"gpt2 tokens_per_s {gpt2():.1f}", flush=True)

@@ -78,8 +78,7 @@ static void test_usage_errors(void) {
           "nope");
     CHECK(strstr(res.err, "keep, swap, checkpoint, dtr, capuchin, autoswap"),
           "the policies are not listed: %.300s", res.err);
-    FAILS(2, "CUDA backend is not built yet", "--model", "gpt2-tiny",
-          "--backend", "cuda");
+    /* --backend cuda without a GPU or without CUDA: test_cuda.c */
     FAILS(2, "unknown backend", "--model", "gpt2-tiny", "--backend", "tpu");
     FAILS(2, "unknown GPU 'nope'", "--model", "gpt2-tiny", "--gpu", "nope");
     FAILS(2, "needs --backend sim", "--model", "gpt2-tiny", "--backend",

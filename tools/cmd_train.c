@@ -63,9 +63,9 @@ static void usage(FILE *f) {
 "  --lr X --momentum X --weight-decay X\n"
 "                       (--momentum is beta1 for adamw)\n"
 "runtime:\n"
-"  --backend NAME       cpu (default) or sim (a simulated GPU: no data,\n"
-"                       times and memory are simulated); cuda is not built\n"
-"                       yet\n"
+"  --backend NAME       cpu (default), sim (a simulated GPU: no data,\n"
+"                       times and memory are simulated) or cuda (an NVIDIA\n"
+"                       GPU, device 0; see docs/CUDA.md)\n"
 "  --gpu NAME           sim preset (implies --backend sim; default\n"
 "                       v100-16g); --gpu help lists them\n"
 "  --budget B           device memory: unlimited (default; on sim the GPU's\n"
@@ -314,12 +314,9 @@ static int parse_args(int argc, char **argv, train_config *c) {
             backend_set = true;
             if (!strcmp(a, "cpu")) c->backend = TRAIN_BACKEND_CPU;
             else if (!strcmp(a, "sim")) c->backend = TRAIN_BACKEND_SIM;
-            else if (!strcmp(a, "cuda"))
-                return usage_error("the CUDA backend is not built yet; use "
-                                   "--backend cpu, or --backend sim to "
-                                   "simulate a GPU");
+            else if (!strcmp(a, "cuda")) c->backend = TRAIN_BACKEND_CUDA;
             else return usage_error("unknown backend '%s'; the backends are "
-                                    "cpu and sim (cuda: not built yet)", a);
+                                    "cpu, sim and cuda", a);
             break;
         case OPT_GPU:
             if (!strcmp(a, "help") || !strcmp(a, "list")) {
@@ -419,6 +416,9 @@ static int parse_args(int argc, char **argv, train_config *c) {
     if (c->link_set && c->backend == TRAIN_BACKEND_SIM)
         return usage_error("--link-bw sets the cpu backend's link; a "
                            "simulated GPU has its preset's link");
+    if (c->link_set && c->backend == TRAIN_BACKEND_CUDA)
+        return usage_error("--link-bw sets the cpu backend's link; a real "
+                           "GPU has its own");
     /* --hidden: mlp's hidden width, or a transformer's. */
     if (hidden) {
         if (!strcmp(c->model.name, "mlp")) c->model.mlp_hidden = hidden;

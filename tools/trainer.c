@@ -444,6 +444,21 @@ static delta_status setup_backend(trainer *t) {
         if (!t->backend)
             return fail(t, DELTA_ERR_INVALID_ARG, "sim backend: %s", sub);
         info(t, "backend: sim %s (%s)", gpu->name, gpu->description);
+    } else if (c->backend == TRAIN_BACKEND_CUDA) {
+        /* no GPU: exit 1 (this machine lacks it); a build without CUDA:
+         * exit 2 (this build cannot serve the request) */
+        delta_cuda_backend_opts o = {.device = 0};
+        t->backend = delta_backend_cuda_new(&o, sub, sizeof sub);
+        if (!t->backend)
+            return fail(t, delta_cuda_built() ? DELTA_ERR_STATE
+                                              : DELTA_ERR_UNSUPPORTED,
+                        "%s", sub);
+        info(t, "backend: cuda, device memory %s, link %.1f GB/s, "
+             "convolutions on %s",
+             delta_format_bytes(delta_backend_device_bytes(t->backend), b1,
+                                sizeof b1),
+             delta_backend_link_bps(t->backend) / 1e9,
+             delta_cuda_conv_path(t->backend));
     } else {
         /* Unthrottled when nothing can be swapped (no budget); with a
          * budget the backend's default link (see delta/backend.h). */
@@ -1105,7 +1120,9 @@ delta_status trainer_report(trainer *t) {
     cJSON_AddStringToObject(s, "model", m->name);
     cJSON_AddNumberToObject(s, "batch", (double)m->batch);
     cJSON_AddNumberToObject(s, "steps", (double)r->steps_done);
-    cJSON_AddStringToObject(s, "backend", t->sim ? "sim" : "cpu");
+    cJSON_AddStringToObject(s, "backend", t->sim ? "sim"
+                            : c->backend == TRAIN_BACKEND_CUDA ? "cuda"
+                                                               : "cpu");
     if (t->sim) cJSON_AddStringToObject(s, "gpu", c->gpu);
     else cJSON_AddNullToObject(s, "gpu");
     cJSON_AddBoolToObject(s, "simulated", t->sim);

@@ -46,6 +46,7 @@ typedef enum train_optimizer {
 typedef enum train_backend {
     TRAIN_BACKEND_CPU = 0,
     TRAIN_BACKEND_SIM,
+    TRAIN_BACKEND_CUDA,
 } train_backend;
 
 /* A run's settings. Zero-initialize, then set what the user gave; the

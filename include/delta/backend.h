@@ -62,16 +62,38 @@ typedef struct delta_sim_backend_opts {
 delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
                                      char *err, size_t err_len);
 
+/* An NVIDIA GPU through CUDA (docs/CUDA.md): the arena is one cudaMalloc
+ * of exactly the budget, the host store pinned memory, one compute stream
+ * and two copy streams; kernels are deterministic (a recomputed tensor
+ * equals the dropped one bit for bit). In a build without CUDA, or on a
+ * machine without a GPU, the constructor returns NULL and says why in err
+ * ("cuda backend: built without CUDA ...", "cuda backend: no CUDA device
+ * (cudaGetDeviceCount: ...)"). */
+typedef struct delta_cuda_backend_opts {
+    int device;                /* CUDA device ordinal */
+} delta_cuda_backend_opts;
+
+delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
+                                      char *err, size_t err_len);
+/* Whether this build has the CUDA backend (nvcc was found). */
+bool delta_cuda_built(void);
+/* CUDA devices present: > 0, or 0 with the reason in err (no driver, no
+ * device, built without CUDA). Never fails otherwise. */
+int delta_cuda_device_count(char *err, size_t err_len);
+/* What a cuda backend runs convolutions on ("cuDNN 9.x.y", or "im2col +
+ * cuBLAS (no cuDNN: why)"); NULL for other backends. */
+const char *delta_cuda_conv_path(const delta_backend *b);
+
 /* Drains pending copies, stops the copy engines, frees the arena. NULL is
  * a no-op. */
 void delta_backend_free(delta_backend *b);
-/* "cpu" or "sim"; never NULL. */
+/* "cpu", "sim" or "cuda"; never NULL. */
 const char *delta_backend_name(const delta_backend *b);
 /* The link bandwidth in bytes/s (per direction) this backend emulates or
  * models; 0 when unthrottled. */
 double delta_backend_link_bps(const delta_backend *b);
-/* Device memory of the backend's device (sim: the preset's; cpu: 0 =
- * no fixed size). */
+/* Device memory of the backend's device (sim: the preset's; cuda: the
+ * GPU's total from cudaMemGetInfo; cpu: 0 = no fixed size). */
 double delta_backend_device_bytes(const delta_backend *b);
 
 #ifdef __cplusplus

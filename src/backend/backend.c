@@ -2,6 +2,7 @@
  * public accessors of delta/backend.h and the few helpers of
  * src/backend/backend.h that are more than one call. */
 #include "backend/backend.h"
+#include "delta/exec.h"
 
 void delta_backend_free(delta_backend *b) {
     if (!b) return;
@@ -27,4 +28,18 @@ void delta_backend_sync_copies(delta_backend *b) {
     delta_event d = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
     delta_backend_sync(b, h);
     delta_backend_sync(b, d);
+}
+
+delta_status delta_backend_init_tensor(delta_backend *b, void *dev,
+                                       const delta_tensor *t, uint64_t seed) {
+    if (!b->ops->upload) {
+        delta_init_tensor(dev, t, seed);
+        return DELTA_OK;
+    }
+    void *tmp = delta_alloc_aligned(t->bytes ? t->bytes : 1);
+    if (!tmp) return DELTA_ERR_NOMEM;
+    delta_init_tensor(tmp, t, seed);
+    delta_backend_upload(b, dev, tmp, t->bytes);
+    delta_free_aligned(tmp);
+    return DELTA_OK;
 }

@@ -19,6 +19,8 @@
 #include "delta/backend.h"
 #include "backend/cpu/kernels.h"
 
+#include <string.h>
+
 typedef enum delta_stream {
     DELTA_STREAM_COMPUTE = 0,
     DELTA_STREAM_TO_HOST,    /* device -> host copies */
@@ -79,6 +81,14 @@ typedef struct delta_backend_ops {
     /* Drains every stream, then frees everything, the delta_backend
      * included. */
     void (*destroy)(void *ctx);
+    /* Synchronous copies between host memory and the arena, for the host's
+     * own accesses (initializing parameters, setting inputs, reading the
+     * loss and state): ordered after every kernel issued before and done
+     * when they return. NULL (cpu): the arena is host memory, a memcpy. */
+    void (*upload)(void *ctx, void *dev_dst, const void *host_src,
+                   size_t bytes);
+    void (*download)(void *ctx, void *host_dst, const void *dev_src,
+                     size_t bytes);
 } delta_backend_ops;
 
 struct delta_backend {
@@ -146,6 +156,27 @@ static inline double delta_backend_op_cost(delta_backend *b,
 static inline bool delta_backend_has_data(const delta_backend *b) {
     return b->has_data;
 }
+
+/* The host writes bytes at dev (an address in the arena) / reads them
+ * from it: a synchronous copy on CUDA, a memcpy where the arena is host
+ * memory. */
+static inline void delta_backend_upload(delta_backend *b, void *dev,
+                                        const void *host, size_t bytes) {
+    if (b->ops->upload) b->ops->upload(b->ctx, dev, host, bytes);
+    else if (bytes) memcpy(dev, host, bytes);
+}
+static inline void delta_backend_download(delta_backend *b, void *host,
+                                          const void *dev, size_t bytes) {
+    if (b->ops->download) b->ops->download(b->ctx, host, dev, bytes);
+    else if (bytes) memcpy(host, dev, bytes);
+}
+
+/* Fills the tensor t at dev (an address in the arena) with its initial
+ * values (delta_init_tensor), staged through host memory when the arena is
+ * not host memory. DELTA_ERR_NOMEM when the staging buffer cannot be had
+ * (backend.c). */
+delta_status delta_backend_init_tensor(delta_backend *b, void *dev,
+                                       const delta_tensor *t, uint64_t seed);
 
 /* Records the end of both copy streams and blocks until both are complete
  * (backend.c). */

@@ -7,20 +7,28 @@
 #include <math.h>
 #include <stdint.h>
 
+/* The draws are also compiled into CUDA kernels (src/backend/cuda), which
+ * must draw exactly the same numbers: one definition for both. */
+#ifdef __CUDACC__
+#define DELTA_RNG_FN static inline __host__ __device__
+#else
+#define DELTA_RNG_FN static inline
+#endif
+
 /* SplitMix64's finalizer: a bijective mix with good avalanche. */
-static inline uint64_t delta_mix64(uint64_t z) {
+DELTA_RNG_FN uint64_t delta_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
 /* 64 random bits for (key, counter). */
-static inline uint64_t delta_rng_u64(uint64_t key, uint64_t counter) {
+DELTA_RNG_FN uint64_t delta_rng_u64(uint64_t key, uint64_t counter) {
     return delta_mix64(delta_mix64(key) ^ (counter * 0x9e3779b97f4a7c15ULL));
 }
 
 /* Uniform in [0, 1) with 24 bits, exactly representable as float. */
-static inline float delta_rng_uniform(uint64_t key, uint64_t counter) {
+DELTA_RNG_FN float delta_rng_uniform(uint64_t key, uint64_t counter) {
     return (float)(delta_rng_u64(key, counter) >> 40) * (1.0f / 16777216.0f);
 }
 

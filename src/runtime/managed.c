@@ -267,10 +267,11 @@ delta_status managed_access(managed *m, int r, void *data, size_t bytes,
     case RES_TO_HOST: /* pinned swap-outs cannot outlive a run */
         if (!data_ok) break;
         if (write) {
-            memcpy((char *)m->base + m->off[r], data, n);
+            delta_backend_upload(m->b, (char *)m->base + m->off[r], data, n);
             v->host_valid = false;
         } else {
-            memcpy(data, (char *)m->base + m->off[r], n);
+            delta_backend_download(m->b, data, (char *)m->base + m->off[r],
+                                   n);
         }
         return DELTA_OK;
     case RES_FREE:
@@ -479,7 +480,10 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
             v->host_valid = true;
             p = data ? m->host[i] : NULL;
         }
-        if (p) delta_init_tensor(p, t, ctx->seed);
+        /* the host store is host memory; the arena may not be */
+        if (p && v->state == RES_HOST) delta_init_tensor(p, t, ctx->seed);
+        else if (p && delta_backend_init_tensor(b, p, t, ctx->seed) != DELTA_OK)
+            goto nomem;
     }
     mg_trace_memory(m);
     *status = DELTA_OK;

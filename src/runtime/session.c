@@ -305,7 +305,8 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         const delta_tensor *t = ctx->tensors[bl->tensor];
         if (!data) continue;
         void *p = (char *)s->base + bl->off;
-        delta_init_tensor(p, t, ctx->seed);
+        if (delta_backend_init_tensor(s->b, p, t, ctx->seed) != DELTA_OK)
+            goto nomem;
     }
     *status = DELTA_OK;
     return s;
@@ -452,7 +453,7 @@ delta_status delta_session_write(delta_session *s, const delta_tensor *t,
         st = managed_access(s->mg, delta_tensor_root(s->ctx, t->id),
                             (void *)data, bytes, true);
     else if (st == DELTA_OK && s->base)
-        memcpy(addr(s, t->id), data, bytes);
+        delta_backend_upload(s->b, addr(s, t->id), data, bytes);
     if (st == DELTA_ERR_STATE) fail(s, NULL, 0, "tensor '%s' is not readable now", t->name);
     return st;
 }
@@ -470,7 +471,7 @@ delta_status delta_session_read(delta_session *s, const delta_tensor *t,
                  t->name);
         return st;
     }
-    if (s->base) memcpy(data, addr(s, t->id), bytes);
+    if (s->base) delta_backend_download(s->b, data, addr(s, t->id), bytes);
     else memset(data, 0, bytes);
     return DELTA_OK;
 }

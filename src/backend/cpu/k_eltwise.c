@@ -197,14 +197,14 @@ void delta_k_broadcast(const delta_kargs *k) {
  *   key = delta_mix64(seed ^ delta_mix64((uint32_t)op_id ^ (step << 32)))
  * (64-bit unsigned arithmetic); other backends must draw the same. */
 
-static inline uint64_t dropout_key(uint64_t seed, int op_id, int64_t step) {
+uint64_t delta_dropout_key(uint64_t seed, int op_id, int64_t step) {
     return delta_mix64(seed ^ delta_mix64((uint64_t)(uint32_t)op_id ^
                                           ((uint64_t)step << 32)));
 }
 
 bool delta_dropout_keep(uint64_t seed, int op_id, int64_t step, int64_t i,
                         float p) {
-    return delta_rng_uniform(dropout_key(seed, op_id, step), (uint64_t)i) >= p;
+    return delta_rng_uniform(delta_dropout_key(seed, op_id, step), (uint64_t)i) >= p;
 }
 
 /* y = keep(i) ? x / (1 - p) : 0 with the mask of (seed, op_id, step), or a
@@ -217,7 +217,7 @@ static void dropout_apply(const delta_kargs *k, int op_id, const float *x,
         return;
     }
     float p = k->op->a.p, q = 1.0f - p;
-    uint64_t key = dropout_key(k->env->seed, op_id, k->env->step);
+    uint64_t key = delta_dropout_key(k->env->seed, op_id, k->env->step);
     EW_PARALLEL_FOR
     for (int64_t i = 0; i < n_; i++)
         y[i] = delta_rng_uniform(key, (uint64_t)i) >= p ? x[i] / q : 0.0f;

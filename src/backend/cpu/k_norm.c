@@ -8,6 +8,7 @@
  * blocks, each summed row by row), so results do not depend on the thread
  * count. */
 #include "backend/cpu/kernels.h"
+#include "backend/kernel_shapes.h"
 #include "backend/cpu/parallel.h"
 #include "delta/cpu.h"
 
@@ -97,20 +98,6 @@ static inline double fsum_sq_dev(const float *p, int64_t n, float m) {
         a[l] += d * d;
     }
     return flanes_total(a);
-}
-
-/* x (N, C, H, W) or (N, C): channel c's data is N runs of hw floats at
- * stride C*hw. */
-typedef struct bn_shape {
-    int64_t n, c, hw;
-} bn_shape;
-
-static bn_shape bn_shape_of(const delta_tensor *x) {
-    bn_shape s;
-    s.n = x->shape[0];
-    s.c = x->ndim > 1 ? x->shape[1] : 1;
-    s.hw = s.n * s.c > 0 ? x->numel / (s.n * s.c) : 0;
-    return s;
 }
 
 void delta_k_batchnorm(const delta_kargs *k) {

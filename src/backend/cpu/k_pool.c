@@ -3,31 +3,12 @@
  * (image, channel) planes; each plane is handled by one thread in a fixed
  * order, so results do not depend on the thread count. */
 #include "backend/cpu/kernels.h"
+#include "backend/kernel_shapes.h"
 #include "backend/cpu/parallel.h"
 #include "delta/cpu.h"
 
 #include <math.h>
 #include <string.h>
-
-typedef struct pool_geom {
-    int64_t planes, h, w, p, q;
-    int k, stride, pad;
-} pool_geom;
-
-/* x is the (N, C, H, W) input side, y the (N, C, P, Q) output side. */
-static pool_geom pool_geom_of(const delta_op *op, const delta_tensor *x,
-                              const delta_tensor *y) {
-    pool_geom g;
-    g.planes = x->shape[0] * x->shape[1];
-    g.h = x->shape[2];
-    g.w = x->shape[3];
-    g.p = y->shape[2];
-    g.q = y->shape[3];
-    g.k = op->a.k;
-    g.stride = op->a.stride;
-    g.pad = op->a.pad;
-    return g;
-}
 
 /* Window of output (p, q) clipped to the input: rows [h0, h1), cols
  * [w0, w1). */

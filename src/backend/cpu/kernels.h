@@ -116,5 +116,9 @@ void delta_k_adamw_update(const delta_kargs *k);
  * draw the same mask: keyed by (seed, forward op id, step). */
 bool delta_dropout_keep(uint64_t seed, int op_id, int64_t step, int64_t i,
                         float p);
+/* The key of that draw: element i is kept iff
+ * delta_rng_uniform(delta_dropout_key(seed, op_id, step), i) >= p (the CUDA
+ * kernels draw with it too). */
+uint64_t delta_dropout_key(uint64_t seed, int op_id, int64_t step);
 
 #endif

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# make bench-cuda: delta on an NVIDIA GPU (a benchmark, not a test; needs a
+# GPU, the CUDA build of delta and python3 with torch + torchvision):
+#   1. ResNet-50 (3x224x224, batch 64, SGD) and GPT-2 small (T 1024, batch 8,
+#      AdamW) step time with keep against PyTorch on the same GPU, both fp32
+#      with TF32 off (scripts/bench_cuda_torch.py); goal: keep within 1.3x;
+#   2. overhead per policy at 70, 50 and 30% of keep's peak, beside the
+#      simulator's prediction for the same device preset (SIM_GPU, default
+#      h100-80g) and the same runs; goal: predicted within 15% of measured;
+#   3. the largest batch keep and delta fit, where `delta maxbatch` exists.
+# A cell is the median step over the steps after the first third (delta
+# tries its modes in its first steps). Writes the tables to OUT (default
+# build/bench_cuda.md), ready for docs/RESULTS.md, and prints them.
+# STEPS (default 12), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
+# PYTHON picks the python whose torch has CUDA (default: python3 on PATH).
+set -u
+bin=${1:-build/delta}
+steps=${STEPS:-12}
+out=${OUT:-build/bench_cuda.md}
+sim_gpu=${SIM_GPU:-h100-80g}
+policies=${POLICIES:-"delta swap checkpoint dtr capuchin autoswap"}
+budgets=${BUDGETS:-"70% 50% 30%"}
+only=${ONLY:-}
+py=${PYTHON:-python3}  # a python with a CUDA build of torch (Debian's is cpu-only)
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Is there a GPU, and a delta that can use it?
+if ! "$bin" train --model mlp --batch 8 --steps 1 --data synthetic \
+        --backend cuda --quiet >"$tmp/probe" 2>&1; then
+    echo "bench-cuda: delta cannot train on a GPU here:" >&2
+    cat "$tmp/probe" >&2
+    exit 1
+fi
+device=$(nvidia-smi --query-gpu=name,memory.total,driver_version \
+             --format=csv,noheader 2>/dev/null | head -1)
+[ -n "$device" ] || device="(nvidia-smi not found)"
+
+declare -A jobs=(
+    [resnet50]="--model resnet50 --batch 64 --image-size 224 --channels 3 --classes 1000 --data synthetic --optimizer sgd"
+    [gpt2]="--model gpt2-small --batch 8 --seq-len 1024 --data synthetic --optimizer adamw"
+)
+declare -A torch_args=([resnet50]="resnet50 64 $steps" [gpt2]="gpt2 8 1024 $steps")
+order="resnet50 gpt2"
+
+run() { # run NAME BACKEND BUDGET POLICY: one cell into $tmp/NAME.BACKEND.POLICY.BUDGET
+    local name=$1 be=$2 budget=$3 policy=$4 extra=""
+    [ "$be" = sim ] && extra="--backend sim --gpu $sim_gpu" || extra="--backend cuda"
+    local cell="$tmp/$name.$be.$policy.$budget"
+    echo "  $name $be $policy $budget" >&2
+    "$bin" train ${jobs[$name]} $extra --steps "$steps" --policy "$policy" \
+        --budget "$budget" --quiet --json "$cell.jsonl" >/dev/null 2>"$cell.err"
+    echo $? >"$cell.rc"
+}
+
+for name in $order; do
+    [ -n "$only" ] && [ "$only" != "$name" ] && continue
+    echo "  $name: pytorch" >&2
+    $py "$here/bench_cuda_torch.py" ${torch_args[$name]} >"$tmp/$name.torch" \
+        2>"$tmp/$name.torch.err" || echo "  pytorch failed: $(tail -1 "$tmp/$name.torch.err")" >&2
+    for be in cuda sim; do
+        run "$name" "$be" unlimited keep
+        for b in $budgets; do
+            for p in $policies; do run "$name" "$be" "$b" "$p"; done
+        done
+    done
+    # the largest batch, where delta has the command
+    if "$bin" maxbatch --help >/dev/null 2>&1; then
+        for p in keep delta; do
+            for be in "--backend cuda" "--backend sim --gpu $sim_gpu"; do
+                "$bin" maxbatch ${jobs[$name]} $be --policy "$p" \
+                    >"$tmp/$name.maxbatch.$p.${be##* }" 2>&1
+            done
+        done
+    fi
+done
+
+$py - "$tmp" "$policies" "$budgets" "$order" "$device" "$sim_gpu" "$only" <<'PY' | tee "$out"
+import json, os, statistics, sys
+tmp, policies, budgets, order, device, sim_gpu, only = sys.argv[1:8]
+policies, budgets, order = policies.split(), budgets.split(), order.split()
+labels = {"resnet50": "ResNet-50, 3x224x224, batch 64, SGD",
+          "gpt2": "GPT-2 small, T 1024, batch 8, AdamW"}
+
+def cell(name, be, policy, budget):
+    base = os.path.join(tmp, f"{name}.{be}.{policy}.{budget}")
+    if not os.path.exists(base + ".rc"): return None
+    rc = int(open(base + ".rc").read().strip() or 1)
+    steps = []
+    if os.path.exists(base + ".jsonl"):
+        for line in open(base + ".jsonl"):
+            d = json.loads(line)
+            if "step" in d and "step_s" in d: steps.append(d)
+    if rc != 0 or not steps:
+        err = open(base + ".err").read().strip().splitlines() if os.path.exists(base + ".err") else []
+        return {"rc": rc, "err": err[-1] if err else ""}
+    tail = steps[len(steps) // 3:]
+    return {"rc": 0, "s": statistics.median(d["step_s"] for d in tail),
+            "peak": max(d["peak_device_bytes"] for d in steps)}
+
+def torch_of(name):
+    f = os.path.join(tmp, name + ".torch")
+    r = {}
+    if os.path.exists(f):
+        for line in open(f):
+            k, _, v = line.strip().partition(" ")
+            r[k] = v
+    return r
+
+def show(c, keep):
+    if c is None: return ""
+    if c["rc"] == 3: return "refused"
+    if c["rc"] != 0: return f"exit {c['rc']}"
+    return f"{c['s'] / keep:.2f}x"
+
+print(f"## delta on {device}\n")
+print(f"delta's cuda backend against PyTorch (fp32, TF32 off) on the same GPU, "
+      f"and the simulator ({sim_gpu}) predicting the same runs. "
+      f"`make bench-cuda`; median step after the first third of the steps.\n")
+print("| model | PyTorch s/step | delta keep s/step | ratio (goal <= 1.3) | delta keep peak | PyTorch peak | sim keep s/step |")
+print("|---|---|---|---|---|---|---|")
+for name in order:
+    if only and only != name: continue
+    t, k, s = torch_of(name), cell(name, "cuda", "keep", "unlimited"), cell(name, "sim", "keep", "unlimited")
+    ts = float(t["step_s"]) if "step_s" in t else None
+    ks = k["s"] if k and k["rc"] == 0 else None
+    row = [labels[name], f"{ts:.4f}" if ts else "failed", f"{ks:.4f}" if ks else f"failed ({k and k.get('err', '')})",
+           f"{ks / ts:.2f}x" if ts and ks else "", f"{k['peak'] / 2**30:.2f} GiB" if ks else "",
+           f"{int(t['peak_bytes']) / 2**30:.2f} GiB" if "peak_bytes" in t else "",
+           f"{s['s']:.4f}" if s and s["rc"] == 0 else ""]
+    print("| " + " | ".join(row) + " |")
+for name in order:
+    if only and only != name: continue
+    kc, ks = cell(name, "cuda", "keep", "unlimited"), cell(name, "sim", "keep", "unlimited")
+    if not kc or kc["rc"] != 0 or not ks or ks["rc"] != 0: continue
+    print(f"\n### {labels[name]}: overhead against keep, measured (sim predicted, error)\n")
+    print("| policy | " + " | ".join(budgets) + " |")
+    print("|---|" + "---|" * len(budgets))
+    errs = []
+    for p in policies:
+        row = []
+        for b in budgets:
+            m, s = cell(name, "cuda", p, b), cell(name, "sim", p, b)
+            txt = show(m, kc["s"])
+            if m and m["rc"] == 0 and s and s["rc"] == 0:
+                om, os_ = m["s"] / kc["s"], s["s"] / ks["s"]
+                e = abs(os_ - om) / om
+                errs.append(e)
+                txt += f" ({os_:.2f}x, {e * 100:.0f}%)"
+            elif s is not None:
+                txt += f" ({show(s, ks['s'])})"
+            row.append(txt)
+        print(f"| {p} | " + " | ".join(row) + " |")
+    if errs:
+        print(f"\nsimulator error on the overhead: mean {statistics.mean(errs) * 100:.0f}%, "
+              f"worst {max(errs) * 100:.0f}%, within 15% in {sum(e <= 0.15 for e in errs)} of {len(errs)} cells")
+mb = [f for f in sorted(os.listdir(tmp)) if ".maxbatch." in f]
+print("\n### largest batch\n")
+if not mb:
+    print("skipped: this delta has no `maxbatch` command yet")
+else:
+    for f in mb:
+        lines = open(os.path.join(tmp, f)).read().strip().splitlines()
+        print(f"- {f.replace('.maxbatch.', ' ')}: {lines[-1] if lines else '(no output)'}")
+PY
+echo "bench-cuda: written to $out" >&2

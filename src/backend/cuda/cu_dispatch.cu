@@ -1,0 +1,94 @@
+/* Maps each op type to its CUDA kernel (the table of src/backend/cpu/
+ * dispatch.c, op for op), and the device-side memmove. */
+#include "backend/cuda/cu_common.cuh"
+
+typedef void (*cu_kernel_fn)(const delta_cuda_kctx *c, const delta_kargs *k);
+
+static const cu_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
+    /* designated initializers are C only: the order of delta_op_type */
+    delta_cu_matmul,            /* MATMUL */
+    delta_cu_linear,            /* LINEAR */
+    delta_cu_conv2d,            /* CONV2D */
+    delta_cu_batchnorm,         /* BATCHNORM */
+    delta_cu_layernorm,         /* LAYERNORM */
+    delta_cu_relu,              /* RELU */
+    delta_cu_gelu,              /* GELU */
+    delta_cu_maxpool2d,         /* MAXPOOL2D */
+    delta_cu_avgpool2d,         /* AVGPOOL2D */
+    delta_cu_global_avgpool,    /* GLOBAL_AVGPOOL */
+    delta_cu_add,               /* ADD */
+    delta_cu_mul,               /* MUL */
+    delta_cu_scale,             /* SCALE */
+    delta_cu_sum,               /* SUM */
+    delta_cu_embedding,         /* EMBEDDING */
+    delta_cu_softmax,           /* SOFTMAX */
+    delta_cu_dropout,           /* DROPOUT */
+    delta_cu_cross_entropy,     /* CROSS_ENTROPY */
+    NULL,                       /* RESHAPE: a view, nothing to run */
+    delta_cu_transpose,         /* TRANSPOSE */
+    delta_cu_split,             /* SPLIT */
+    delta_cu_concat,            /* CONCAT */
+    delta_cu_fill,              /* FILL */
+    delta_cu_sum_leading,       /* SUM_LEADING */
+    delta_cu_conv2d_dx,         /* CONV2D_DX */
+    delta_cu_conv2d_dw,         /* CONV2D_DW */
+    delta_cu_bias_grad_nchw,    /* BIAS_GRAD_NCHW */
+    delta_cu_batchnorm_bwd,     /* BATCHNORM_BWD */
+    delta_cu_layernorm_bwd,     /* LAYERNORM_BWD */
+    delta_cu_relu_bwd,          /* RELU_BWD */
+    delta_cu_gelu_bwd,          /* GELU_BWD */
+    delta_cu_maxpool2d_bwd,     /* MAXPOOL2D_BWD */
+    delta_cu_avgpool2d_bwd,     /* AVGPOOL2D_BWD */
+    delta_cu_global_avgpool_bwd, /* GLOBAL_AVGPOOL_BWD */
+    delta_cu_broadcast,         /* BROADCAST */
+    delta_cu_embedding_bwd,     /* EMBEDDING_BWD */
+    delta_cu_softmax_bwd,       /* SOFTMAX_BWD */
+    delta_cu_dropout_bwd,       /* DROPOUT_BWD */
+    delta_cu_cross_entropy_bwd, /* CROSS_ENTROPY_BWD */
+    delta_cu_bn_running_update, /* BN_RUNNING_UPDATE */
+    delta_cu_sgd_update,        /* SGD_UPDATE */
+    delta_cu_adamw_update,      /* ADAMW_UPDATE */
+};
+
+/* The table follows the enum: these pin a few entries so that a new op
+ * type inserted without a kernel here fails the build. */
+static_assert(DELTA_OP_TYPE_COUNT == 42, "a new op type needs a CUDA kernel");
+static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
+                  DELTA_OP_ADAMW_UPDATE == 41,
+              "delta_op_type changed order: update the CUDA dispatch table");
+
+void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
+    DELTA_ASSERT((unsigned)k->op->type < DELTA_OP_TYPE_COUNT);
+    cu_kernel_fn fn = kernels[k->op->type];
+    if (fn) fn(c, k);
+}
+
+/* cudaMemcpy may not overlap: an overlapping move goes in pieces of at
+ * most the distance between the two ranges, each piece's source read
+ * before anything writes over it (low to high when moving down, high to
+ * low when moving up). */
+void delta_cuda_memmove(const delta_cuda_kctx *c, void *dst, const void *src,
+                        size_t bytes) {
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    if (bytes == 0 || d == s) return;
+    size_t gap = d < s ? (size_t)(s - d) : (size_t)(d - s);
+    size_t piece = gap < bytes ? gap : bytes;
+    cudaError_t e = cudaSuccess;
+    if (d < s) {
+        for (size_t o = 0; o < bytes && e == cudaSuccess; o += piece) {
+            size_t n = bytes - o < piece ? bytes - o : piece;
+            e = cudaMemcpyAsync(d + o, s + o, n, cudaMemcpyDeviceToDevice,
+                                c->stream);
+        }
+    } else {
+        for (size_t end = bytes; end > 0 && e == cudaSuccess;) {
+            size_t n = end < piece ? end : piece;
+            end -= n;
+            e = cudaMemcpyAsync(d + end, s + end, n, cudaMemcpyDeviceToDevice,
+                                c->stream);
+        }
+    }
+    DELTA_ASSERTF(e == cudaSuccess, "cudaMemcpyAsync (device move): %s",
+                  cudaGetErrorString(e));
+}

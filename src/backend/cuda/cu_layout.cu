@@ -1,0 +1,120 @@
+/* Data movement on the GPU: embedding and its backward, transpose of two
+ * dims, split and concat (semantics: src/backend/cpu/k_layout.c). All but
+ * embedding_bwd are copies (bit-exact); embedding_bwd gives each column of
+ * the table to one thread, which adds the tokens' gradients in token order
+ * exactly as the CPU does, so it is bit-identical to it too. */
+#include "backend/cuda/cu_common.cuh"
+
+__global__ static void embedding_k(const int32_t *ids, const float *table,
+                                   float *y, int64_t n, int64_t v, int64_t d) {
+    CU_FOR(e, n * d) {
+        int64_t i = e / d, c = e % d;
+        int32_t id = ids[i];
+        y[e] = id >= 0 && (int64_t)id < v ? table[id * d + c] : 0.0f;
+    }
+}
+
+void delta_cu_embedding(const delta_cuda_kctx *c, const delta_kargs *k) {
+    int64_t n = k->in_t[0]->numel;
+    int64_t v = k->in_t[1]->shape[0], d = k->in_t[1]->shape[1];
+    CU_LAUNCH(embedding_k, c, n * d, (const int32_t *)k->in[0],
+              (const float *)k->in[1], (float *)k->out[0], n, v, d);
+}
+
+__global__ static void zero_k(float *y, int64_t n) {
+    CU_FOR(i, n) y[i] = 0.0f;
+}
+
+/* Thread per column c: dt[id, c] += dy[i, c] for the tokens i in order. */
+__global__ static void embedding_bwd_k(const int32_t *ids, const float *dy,
+                                       float *dt, int64_t n, int64_t v,
+                                       int64_t d) {
+    CU_FOR(c, d) {
+        for (int64_t i = 0; i < n; i++) {
+            int32_t id = ids[i];
+            if (id < 0 || (int64_t)id >= v) continue;
+            dt[id * d + c] += dy[i * d + c];
+        }
+    }
+}
+
+void delta_cu_embedding_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    int64_t n = k->in_t[0]->numel;
+    int64_t v = k->out_t[0]->shape[0], d = k->out_t[0]->shape[1];
+    float *dt = (float *)k->out[0];
+    CU_LAUNCH(zero_k, c, v * d, dt, v * d);
+    CU_LAUNCH(embedding_bwd_k, c, d, (const int32_t *)k->in[0],
+              (const float *)k->in[1], dt, n, v, d);
+}
+
+/* x viewed as (A, M, Bm, N, C) -> y (A, N, Bm, M, C), 4-byte elements;
+ * one thread per output element. */
+__global__ static void transpose_k(const uint32_t *x, uint32_t *y, int64_t a,
+                                   int64_t m, int64_t bm, int64_t n,
+                                   int64_t c) {
+    CU_FOR(o, a * n * bm * m * c) {
+        int64_t ci = o % c, t = o / c;
+        int64_t mi = t % m;
+        t /= m;
+        int64_t bi = t % bm;
+        t /= bm;
+        int64_t ni = t % n, ai = t / n;
+        y[o] = x[(((ai * m + mi) * bm + bi) * n + ni) * c + ci];
+    }
+}
+
+void delta_cu_transpose(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const delta_tensor *xt = k->in_t[0];
+    int d0 = k->op->a.dim, d1 = k->op->a.dim1;
+    DELTA_ASSERT(0 <= d0 && d0 < d1 && d1 < xt->ndim);
+    DELTA_ASSERT(delta_dtype_size(xt->dtype) == 4);
+    int64_t a = 1, m = xt->shape[d0], bm = 1, n = xt->shape[d1], cc = 1;
+    for (int i = 0; i < d0; i++) a *= xt->shape[i];
+    for (int i = d0 + 1; i < d1; i++) bm *= xt->shape[i];
+    for (int i = d1 + 1; i < xt->ndim; i++) cc *= xt->shape[i];
+    CU_LAUNCH(transpose_k, c, xt->numel, (const uint32_t *)k->in[0],
+              (uint32_t *)k->out[0], a, m, bm, n, cc);
+}
+
+/* Whole (outer, sum of parts, inner) <-> parts (outer, part_i, inner): one
+ * 2-D device copy per part (outer rows of the part's bytes). */
+static void move_parts(const delta_cuda_kctx *c, char *whole,
+                       char *const *parts, const delta_tensor *wt,
+                       const delta_tensor *const *pt, int n, int dim,
+                       bool to_parts) {
+    DELTA_ASSERT(dim >= 0 && dim < wt->ndim && n >= 1);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < dim; i++) outer *= wt->shape[i];
+    for (int i = dim + 1; i < wt->ndim; i++) inner *= wt->shape[i];
+    size_t es = delta_dtype_size(wt->dtype);
+    size_t row = (size_t)(wt->shape[dim] * inner) * es, off = 0;
+    if (row == 0 || outer == 0) return;
+    for (int i = 0; i < n; i++) {
+        size_t len = (size_t)(pt[i]->shape[dim] * inner) * es;
+        if (len) {
+            cudaError_t e =
+                to_parts ? cudaMemcpy2DAsync(parts[i], len, whole + off, row,
+                                             len, (size_t)outer,
+                                             cudaMemcpyDeviceToDevice,
+                                             c->stream)
+                         : cudaMemcpy2DAsync(whole + off, row, parts[i], len,
+                                             len, (size_t)outer,
+                                             cudaMemcpyDeviceToDevice,
+                                             c->stream);
+            DELTA_ASSERTF(e == cudaSuccess, "cudaMemcpy2DAsync: %s",
+                          cudaGetErrorString(e));
+        }
+        off += len;
+    }
+    DELTA_ASSERT(off == row);
+}
+
+void delta_cu_split(const delta_cuda_kctx *c, const delta_kargs *k) {
+    move_parts(c, (char *)k->in[0], (char *const *)k->out, k->in_t[0],
+               k->out_t, k->op->n_out, k->op->a.dim, true);
+}
+
+void delta_cu_concat(const delta_cuda_kctx *c, const delta_kargs *k) {
+    move_parts(c, (char *)k->out[0], (char *const *)k->in, k->out_t[0],
+               k->in_t, k->op->n_in, k->op->a.dim, false);
+}

@@ -1,0 +1,166 @@
+/* Pooling on the GPU: max and average pooling, global average pooling and
+ * their gradients (semantics: src/backend/cpu/k_pool.c). Forward kernels
+ * give each output one thread that scans its window in the CPU's order
+ * (row-major; max: the first maximum, a NaN beating numbers). The
+ * gradients are gathers: each input element's thread adds the outputs
+ * whose window holds it, in the CPU's (p, q) row-major order, so every
+ * kernel here is bit-identical to the CPU's, with no atomics. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/kernel_shapes.h"
+
+/* Index in the plane of the max of output (p, q)'s window (the CPU's
+ * max_row rule), its value in *best. */
+__device__ static int64_t window_argmax(const pool_geom g, const float *xp,
+                                        int64_t p, int64_t q, float *best) {
+    int64_t hs = p * g.stride - g.pad, ws = q * g.stride - g.pad;
+    int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + g.k < g.h ? hs + g.k : g.h;
+    int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + g.k < g.w ? ws + g.k : g.w;
+    float bv = -INFINITY;
+    int64_t bi = h0 * g.w + w0;
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+            float v = xp[h * g.w + w];
+            if (v > bv || (v != v && bv == bv)) {
+                bv = v;
+                bi = h * g.w + w;
+            }
+        }
+    *best = bv;
+    return bi;
+}
+
+__global__ static void maxpool_k(const float *x, float *y, pool_geom g) {
+    CU_FOR(o, g.planes * g.p * g.q) {
+        int64_t pl = o / (g.p * g.q), r = o % (g.p * g.q);
+        float b;
+        window_argmax(g, x + pl * g.h * g.w, r / g.q, r % g.q, &b);
+        y[o] = b;
+    }
+}
+
+/* Outputs whose window covers input row h: [*lo, *hi). */
+__device__ static inline void covering(int64_t h, int64_t n_out, int k,
+                                       int stride, int pad, int64_t *lo,
+                                       int64_t *hi) {
+    /* p*stride - pad <= h < p*stride - pad + k */
+    int64_t a = h + pad - k + 1;
+    a = a <= 0 ? 0 : (a + stride - 1) / stride;
+    int64_t b = (h + pad) / stride + 1;
+    if (b > n_out) b = n_out;
+    *lo = a;
+    *hi = b > a ? b : a;
+}
+
+__global__ static void maxpool_bwd_k(const float *x, const float *dy,
+                                     float *dx, pool_geom g) {
+    CU_FOR(e, g.planes * g.h * g.w) {
+        int64_t pl = e / (g.h * g.w), i = e % (g.h * g.w);
+        int64_t h = i / g.w, w = i % g.w;
+        const float *xp = x + pl * g.h * g.w;
+        const float *dyp = dy + pl * g.p * g.q;
+        int64_t p0, p1, q0, q1;
+        covering(h, g.p, g.k, g.stride, g.pad, &p0, &p1);
+        covering(w, g.q, g.k, g.stride, g.pad, &q0, &q1);
+        float acc = 0.0f;
+        for (int64_t p = p0; p < p1; p++)
+            for (int64_t q = q0; q < q1; q++) {
+                float b;
+                if (window_argmax(g, xp, p, q, &b) == i)
+                    acc += dyp[p * g.q + q];
+            }
+        dx[e] = acc;
+    }
+}
+
+__global__ static void avgpool_k(const float *x, float *y, pool_geom g) {
+    const float inv = 1.0f / (float)(g.k * g.k);
+    CU_FOR(o, g.planes * g.p * g.q) {
+        int64_t pl = o / (g.p * g.q), r = o % (g.p * g.q);
+        int64_t hs = (r / g.q) * g.stride - g.pad;
+        int64_t ws = (r % g.q) * g.stride - g.pad;
+        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + g.k < g.h ? hs + g.k : g.h;
+        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + g.k < g.w ? ws + g.k : g.w;
+        const float *xp = x + pl * g.h * g.w;
+        float s = 0.0f;
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t w = w0; w < w1; w++) s += xp[h * g.w + w];
+        y[o] = s * inv;
+    }
+}
+
+__global__ static void avgpool_bwd_k(const float *dy, float *dx, pool_geom g) {
+    const float inv = 1.0f / (float)(g.k * g.k);
+    CU_FOR(e, g.planes * g.h * g.w) {
+        int64_t pl = e / (g.h * g.w), i = e % (g.h * g.w);
+        int64_t p0, p1, q0, q1;
+        covering(i / g.w, g.p, g.k, g.stride, g.pad, &p0, &p1);
+        covering(i % g.w, g.q, g.k, g.stride, g.pad, &q0, &q1);
+        const float *dyp = dy + pl * g.p * g.q;
+        float acc = 0.0f;
+        for (int64_t p = p0; p < p1; p++)
+            for (int64_t q = q0; q < q1; q++) acc += dyp[p * g.q + q] * inv;
+        dx[e] = acc;
+    }
+}
+
+void delta_cu_maxpool2d(const delta_cuda_kctx *c, const delta_kargs *k) {
+    pool_geom g = pool_geom_of(k->op, k->in_t[0], k->out_t[0]);
+    CU_LAUNCH(maxpool_k, c, g.planes * g.p * g.q, (const float *)k->in[0],
+              (float *)k->out[0], g);
+}
+void delta_cu_maxpool2d_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    pool_geom g = pool_geom_of(k->op, k->in_t[0], k->in_t[1]);
+    CU_LAUNCH(maxpool_bwd_k, c, g.planes * g.h * g.w, (const float *)k->in[0],
+              (const float *)k->in[1], (float *)k->out[0], g);
+}
+void delta_cu_avgpool2d(const delta_cuda_kctx *c, const delta_kargs *k) {
+    pool_geom g = pool_geom_of(k->op, k->in_t[0], k->out_t[0]);
+    CU_LAUNCH(avgpool_k, c, g.planes * g.p * g.q, (const float *)k->in[0],
+              (float *)k->out[0], g);
+}
+void delta_cu_avgpool2d_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    pool_geom g = pool_geom_of(k->op, k->out_t[0], k->in_t[0]);
+    CU_LAUNCH(avgpool_bwd_k, c, g.planes * g.h * g.w, (const float *)k->in[0],
+              (float *)k->out[0], g);
+}
+
+/* One thread per plane, four double lanes as the CPU. */
+__global__ static void gap_k(const float *x, float *y, int64_t planes,
+                             int64_t hw, double inv) {
+    CU_FOR(pl, planes) {
+        const float *xp = x + pl * hw;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        int64_t i = 0;
+        for (; i + 4 <= hw; i += 4) {
+            a0 += xp[i];
+            a1 += xp[i + 1];
+            a2 += xp[i + 2];
+            a3 += xp[i + 3];
+        }
+        for (; i < hw; i++) a0 += xp[i];
+        y[pl] = (float)(((a0 + a1) + (a2 + a3)) * inv);
+    }
+}
+
+__global__ static void gap_bwd_k(const float *dy, float *dx, int64_t planes,
+                                 int64_t hw) {
+    CU_FOR(e, planes * hw) dx[e] = (float)(dy[e / hw] / (double)hw);
+}
+
+void delta_cu_global_avgpool(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const delta_tensor *xt = k->in_t[0];
+    int64_t planes = xt->shape[0] * xt->shape[1];
+    int64_t hw = xt->shape[2] * xt->shape[3];
+    CU_LAUNCH(gap_k, c, planes, (const float *)k->in[0], (float *)k->out[0],
+              planes, hw, hw > 0 ? 1.0 / (double)hw : 0.0);
+}
+
+void delta_cu_global_avgpool_bwd(const delta_cuda_kctx *c,
+                                 const delta_kargs *k) {
+    const delta_tensor *t = k->out_t[0];
+    int64_t planes = t->shape[0] * t->shape[1];
+    int64_t hw = t->shape[2] * t->shape[3];
+    if (hw == 0) return;
+    CU_LAUNCH(gap_bwd_k, c, planes * hw, (const float *)k->in[0],
+              (float *)k->out[0], planes, hw);
+}

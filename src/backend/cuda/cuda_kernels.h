@@ -1,0 +1,127 @@
+/* CUDA kernels: every op of src/backend/cpu/kernels.h on the GPU, launched
+ * on the backend's compute stream (cuda_backend.c). Included from C (the
+ * backend) and from the .cu files (C++), hence the extern "C".
+ *
+ * Determinism rule, as on the CPU: every output element is written by one
+ * thread, and every reduction is done in a fixed order (one thread in
+ * sequence, or a block's fixed shared-memory tree); no atomics. So running
+ * an op twice on the same inputs gives the same bits (a recomputed tensor
+ * equals the dropped one), and results do not depend on timing. Which ops
+ * go to cuBLAS or cuDNN and which are our kernels: docs/CUDA.md. */
+#ifndef DELTA_CUDA_KERNELS_H
+#define DELTA_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "backend/cpu/kernels.h"
+
+/* What a kernel launch needs besides its arguments. scratch is a small
+ * device buffer owned by the backend, outside the arena (reductions keep
+ * their per-row partials there; kernels fall back to a slower one-block
+ * form when it is too small). */
+typedef struct delta_cudnn delta_cudnn;
+
+typedef struct delta_cuda_kctx {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *scratch;
+    size_t scratch_bytes;
+    delta_cudnn *dnn;      /* cuDNN for convolutions, or NULL */
+} delta_cuda_kctx;
+
+#define DELTA_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
+
+/* Launches k->op's kernels on c->stream (asynchronous). */
+void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k);
+
+/* A device-side move that allows overlap (memmove), on c->stream. */
+void delta_cuda_memmove(const delta_cuda_kctx *c, void *dst, const void *src,
+                        size_t bytes);
+
+/* ---- cuDNN, loaded at run time (cudnn_conv.c) ------------------------------ */
+typedef struct delta_conv_dims {
+    int64_t n, c, h, w, k, r, s, stride, pad;
+} delta_conv_dims;
+
+/* Loads libcudnn.so.9 and binds a handle to stream; NULL with the reason in
+ * why when it cannot be had (or DELTA_CUDNN=0). */
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n);
+void delta_cudnn_close(delta_cudnn *d);
+size_t delta_cudnn_version(const delta_cudnn *d);
+/* The convolution of type (CONV2D: a = x, b = w, out = y without bias;
+ * CONV2D_DX: a = dy, b = w, out = dx; CONV2D_DW: a = x, b = dy, out = dw)
+ * with a deterministic, plain-fp32 algorithm whose workspace fits
+ * ws_bytes. false when there is none: nothing was launched. */
+bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
+                      const delta_conv_dims *g, const float *a,
+                      const float *b, float *out, void *ws, size_t ws_bytes);
+
+/* ---- per file (grouped as the CPU kernels) -------------------------------- */
+/* cu_matmul.cu */
+void delta_cu_matmul(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_sum_leading(const delta_cuda_kctx *c, const delta_kargs *k);
+/* Row-major C = alpha op(A) op(B) + beta C, `batch` times with element
+ * strides sa, sb, sc (0: the same matrix for every batch entry). */
+void delta_cu_gemm(const delta_cuda_kctx *c, bool ta, bool tb, int64_t m,
+                   int64_t n, int64_t k, float alpha, const float *a,
+                   int64_t lda, int64_t sa, const float *b, int64_t ldb,
+                   int64_t sb, float beta, float *cm, int64_t ldc, int64_t sc,
+                   int64_t batch);
+/* cu_conv.cu */
+void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_bias_grad_nchw(const delta_cuda_kctx *c, const delta_kargs *k);
+/* cu_pool.cu */
+void delta_cu_maxpool2d(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_maxpool2d_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_avgpool2d(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_avgpool2d_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_global_avgpool(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_global_avgpool_bwd(const delta_cuda_kctx *c,
+                                 const delta_kargs *k);
+/* cu_norm.cu */
+void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_bn_running_update(const delta_cuda_kctx *c,
+                                const delta_kargs *k);
+void delta_cu_layernorm(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_layernorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+/* cu_eltwise.cu */
+void delta_cu_relu(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_relu_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_gelu(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_gelu_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_add(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_mul(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_scale(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_sum(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_fill(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_broadcast(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_dropout(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_dropout_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+/* cu_softmax.cu */
+void delta_cu_softmax(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_softmax_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_cross_entropy(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_cross_entropy_bwd(const delta_cuda_kctx *c,
+                                const delta_kargs *k);
+/* cu_layout.cu */
+void delta_cu_embedding(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_embedding_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_transpose(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_split(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_concat(const delta_cuda_kctx *c, const delta_kargs *k);
+/* cu_optim.cu */
+void delta_cu_sgd_update(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_adamw_update(const delta_cuda_kctx *c, const delta_kargs *k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

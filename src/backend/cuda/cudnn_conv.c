@@ -1,0 +1,241 @@
+/* Convolutions through cuDNN, found at run time: dlopen("libcudnn.so.9")
+ * (the GPU machines' PyTorch ships it; delta does not link it, so a machine
+ * without it still runs, on the im2col + cuBLAS path of cu_conv.cu).
+ *
+ * Only deterministic algorithms, so a recomputed convolution equals the
+ * first one bit for bit: for each call the heuristics' list
+ * (cudnnGet*Algorithm_v7, a pure function of the shapes, no timing) is
+ * walked in its order and the first algorithm that reports
+ * CUDNN_DETERMINISTIC, needs no more workspace than the op declared (the
+ * arena holds nothing else for it) and does not use tensor cores is taken.
+ * Math is CUDNN_FMA_MATH: plain fp32, no TF32, like the cuBLAS calls. When
+ * no algorithm qualifies the caller lowers the convolution itself.
+ *
+ * The legacy convolution API (deprecated in cuDNN 9, still shipped) is
+ * used through function pointers looked up with dlsym; <cudnn.h> is only
+ * needed at build time for its types (the Makefile defines
+ * DELTA_HAVE_CUDNN_H when the toolkit has it; without it this file only
+ * says cuDNN is not available). DELTA_CUDNN=0 in the environment turns it
+ * off (docs/CUDA.md). */
+#include "backend/cuda/cuda_kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DELTA_HAVE_CUDNN_H
+#include <cudnn.h>
+#include <dlfcn.h>
+
+/* every entry point used, as a function-pointer field f_NAME */
+#define DNN_FUNCS(X)                                                       \
+    X(cudnnGetVersion) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream)    \
+    X(cudnnCreateTensorDescriptor) X(cudnnDestroyTensorDescriptor)         \
+    X(cudnnSetTensor4dDescriptor) X(cudnnCreateFilterDescriptor)           \
+    X(cudnnDestroyFilterDescriptor) X(cudnnSetFilter4dDescriptor)          \
+    X(cudnnCreateConvolutionDescriptor)                                    \
+    X(cudnnDestroyConvolutionDescriptor)                                   \
+    X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionMathType)      \
+    X(cudnnGetConvolutionForwardAlgorithm_v7)                              \
+    X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                         \
+    X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                       \
+    X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData)             \
+    X(cudnnConvolutionBackwardFilter)
+
+#define DNN_FIELD(name) __typeof__(name) *f_##name;
+
+typedef struct delta_cudnn {
+    void *lib;
+    cudnnHandle_t h;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    size_t version;
+    DNN_FUNCS(DNN_FIELD)
+} delta_cudnn;
+
+#define MAX_ALGOS 16
+
+void delta_cudnn_close(delta_cudnn *d) {
+    if (!d) return;
+    if (d->cd) d->f_cudnnDestroyConvolutionDescriptor(d->cd);
+    if (d->wd) d->f_cudnnDestroyFilterDescriptor(d->wd);
+    if (d->yd) d->f_cudnnDestroyTensorDescriptor(d->yd);
+    if (d->xd) d->f_cudnnDestroyTensorDescriptor(d->xd);
+    if (d->h) d->f_cudnnDestroy(d->h);
+    if (d->lib) dlclose(d->lib);
+    free(d);
+}
+
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n) {
+    const char *env = getenv("DELTA_CUDNN");
+    if (env && !strcmp(env, "0")) {
+        snprintf(why, n, "DELTA_CUDNN=0");
+        return NULL;
+    }
+    delta_cudnn *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(why, n, "out of host memory");
+        return NULL;
+    }
+    d->lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (!d->lib) {
+        const char *e = dlerror();
+        snprintf(why, n, "libcudnn.so.9 not found (%s)", e ? e : "dlopen");
+        free(d);
+        return NULL;
+    }
+#define DNN_BIND(name)                                                     \
+    *(void **)&d->f_##name = dlsym(d->lib, #name);                         \
+    if (!d->f_##name) {                                                    \
+        snprintf(why, n, "libcudnn.so.9 has no %s", #name);               \
+        dlclose(d->lib);                                                   \
+        free(d);                                                           \
+        return NULL;                                                       \
+    }
+    DNN_FUNCS(DNN_BIND)
+#undef DNN_BIND
+    d->version = d->f_cudnnGetVersion();
+    if (d->version < 90000) {
+        snprintf(why, n, "cuDNN %zu is older than 9", d->version);
+        dlclose(d->lib);
+        free(d);
+        return NULL;
+    }
+    cudnnStatus_t st = d->f_cudnnCreate(&d->h);
+    if (st == CUDNN_STATUS_SUCCESS) st = d->f_cudnnSetStream(d->h, stream);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnCreateTensorDescriptor(&d->xd);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnCreateTensorDescriptor(&d->yd);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnCreateFilterDescriptor(&d->wd);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnCreateConvolutionDescriptor(&d->cd);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        snprintf(why, n, "cuDNN setup failed (status %d)", (int)st);
+        delta_cudnn_close(d);
+        return NULL;
+    }
+    return d;
+}
+
+size_t delta_cudnn_version(const delta_cudnn *d) { return d ? d->version : 0; }
+
+static bool plain_fp32(cudnnMathType_t m) {
+    return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
+}
+
+/* Describes x (n c h w), w (k c r s), y (n k p q) and the convolution. */
+static bool describe(delta_cudnn *d, const delta_conv_dims *g) {
+    int64_t p = (g->h + 2 * g->pad - g->r) / g->stride + 1;
+    int64_t q = (g->w + 2 * g->pad - g->s) / g->stride + 1;
+    const int64_t lim = 1 << 30;
+    if (g->n * g->c * g->h * g->w >= lim || g->n * g->k * p * q >= lim)
+        return false; /* int-sized descriptors: leave it to cu_conv */
+    cudnnStatus_t st = d->f_cudnnSetTensor4dDescriptor(
+        d->xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->c,
+        (int)g->h, (int)g->w);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnSetTensor4dDescriptor(d->yd, CUDNN_TENSOR_NCHW,
+                                             CUDNN_DATA_FLOAT, (int)g->n,
+                                             (int)g->k, (int)p, (int)q);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnSetFilter4dDescriptor(d->wd, CUDNN_DATA_FLOAT,
+                                             CUDNN_TENSOR_NCHW, (int)g->k,
+                                             (int)g->c, (int)g->r, (int)g->s);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnSetConvolution2dDescriptor(
+            d->cd, (int)g->pad, (int)g->pad, (int)g->stride, (int)g->stride,
+            1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = d->f_cudnnSetConvolutionMathType(d->cd, CUDNN_FMA_MATH);
+    return st == CUDNN_STATUS_SUCCESS;
+}
+
+/* The first qualifying entry of a heuristics list (same fields in the
+ * three perf structs). */
+#define PICK(perf, got, ws_bytes, out)                                     \
+    for (int i_ = 0; i_ < (got) && (out) < 0; i_++)                        \
+        if ((perf)[i_].status == CUDNN_STATUS_SUCCESS &&                   \
+            (perf)[i_].determinism == CUDNN_DETERMINISTIC &&               \
+            (perf)[i_].memory <= (ws_bytes) &&                             \
+            plain_fp32((perf)[i_].mathType))                               \
+            (out) = i_;
+
+bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
+                      const delta_conv_dims *g, const float *a,
+                      const float *b, float *out, void *ws, size_t ws_bytes) {
+    if (!d || !describe(d, g)) return false;
+    if (!ws) ws_bytes = 0;
+    const float one = 1.0f, zero = 0.0f;
+    int got = 0, pick = -1;
+    cudnnStatus_t st;
+    if (type == DELTA_OP_CONV2D) { /* a = x, b = w, out = y */
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
+        st = d->f_cudnnGetConvolutionForwardAlgorithm_v7(
+            d->h, d->xd, d->wd, d->cd, d->yd, MAX_ALGOS, &got, perf);
+        if (st != CUDNN_STATUS_SUCCESS) return false;
+        PICK(perf, got, ws_bytes, pick)
+        if (pick < 0) return false;
+        st = d->f_cudnnConvolutionForward(d->h, &one, d->xd, a, d->wd, b,
+                                          d->cd, perf[pick].algo, ws,
+                                          perf[pick].memory, &zero, d->yd,
+                                          out);
+    } else if (type == DELTA_OP_CONV2D_DX) { /* a = dy, b = w, out = dx */
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
+        st = d->f_cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            d->h, d->wd, d->yd, d->cd, d->xd, MAX_ALGOS, &got, perf);
+        if (st != CUDNN_STATUS_SUCCESS) return false;
+        PICK(perf, got, ws_bytes, pick)
+        if (pick < 0) return false;
+        st = d->f_cudnnConvolutionBackwardData(d->h, &one, d->wd, b, d->yd, a,
+                                               d->cd, perf[pick].algo, ws,
+                                               perf[pick].memory, &zero,
+                                               d->xd, out);
+    } else if (type == DELTA_OP_CONV2D_DW) { /* a = x, b = dy, out = dw */
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
+        st = d->f_cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            d->h, d->xd, d->yd, d->cd, d->wd, MAX_ALGOS, &got, perf);
+        if (st != CUDNN_STATUS_SUCCESS) return false;
+        PICK(perf, got, ws_bytes, pick)
+        if (pick < 0) return false;
+        st = d->f_cudnnConvolutionBackwardFilter(d->h, &one, d->xd, a, d->yd,
+                                                 b, d->cd, perf[pick].algo,
+                                                 ws, perf[pick].memory, &zero,
+                                                 d->wd, out);
+    } else {
+        return false;
+    }
+    /* a launch that failed after the choice is a bug, not a fallback: the
+     * output would be half written */
+    DELTA_ASSERTF(st == CUDNN_STATUS_SUCCESS, "cuDNN convolution (%s): "
+                  "status %d", delta_op_type_name(type), (int)st);
+    return true;
+}
+
+#else /* no <cudnn.h> at build time */
+
+struct delta_cudnn {
+    int unused;
+};
+
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n) {
+    (void)stream;
+    snprintf(why, n, "built without cudnn.h");
+    return NULL;
+}
+void delta_cudnn_close(delta_cudnn *d) { (void)d; }
+size_t delta_cudnn_version(const delta_cudnn *d) {
+    (void)d;
+    return 0;
+}
+bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
+                      const delta_conv_dims *g, const float *a,
+                      const float *b, float *out, void *ws, size_t ws_bytes) {
+    (void)d; (void)type; (void)g; (void)a; (void)b; (void)out; (void)ws;
+    (void)ws_bytes;
+    return false;
+}
+
+#endif

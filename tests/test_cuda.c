@@ -1,0 +1,619 @@
+/* The cuda backend (docs/CUDA.md). Every test that needs a GPU first asks
+ * for one and reports itself skipped, with the reason, when there is none
+ * (or when the build has no CUDA); none passes without running.
+ *
+ *  - ops: every op of the built-in models (and of a small graph that adds
+ *    the rest), on random inputs of the op's real shapes, on the GPU
+ *    against the CPU kernel: |gpu - cpu| <= atol + rtol |cpu| (bit for bit
+ *    where the kernel is meant to be: copies, pools, dropout, optimizers);
+ *    each op run twice on the GPU gives the same bits (recomputation).
+ *  - policies: every policy at several budgets trains the tiny mlp,
+ *    resnet, gpt2 and bert bit-identical to keep with no budget, on the
+ *    GPU, with the arena's high-water mark inside the budget; keep (with
+ *    SGD) on the GPU stays close to keep on the CPU.
+ *  - streams: copies and kernels are ordered by events, and a copy is seen
+ *    in flight while kernels run (overlapping spans on the GPU's clock).
+ *  - without a GPU (any build): `delta train --backend cuda` fails with a
+ *    clear message and exit status 1 (no device) or 2 (built without CUDA).
+ *
+ *   test_cuda [policy]   the policy cases of that policy only */
+#include "backend/backend.h"
+#include "delta/delta.h"
+#include "graph/graph_impl.h"
+#include "policy_train.h"
+#include "test.h"
+
+#include <sys/wait.h>
+
+static const char *only; /* argv[1] */
+/* the delta of this test's build: BUILD/tests/test_cuda -> BUILD/delta */
+static char tool[1024] = "build/delta";
+
+/* ---- the GPU, once -------------------------------------------------------- */
+
+static char gpu_why[512];
+static delta_backend *gpu_be;
+static bool gpu_tried;
+
+/* The backend, or NULL with the reason in gpu_why. */
+static delta_backend *gpu(void) {
+    if (!gpu_tried) {
+        gpu_tried = true;
+        char err[400];
+        gpu_be = delta_backend_cuda_new(NULL, err, sizeof err);
+        if (!gpu_be) snprintf(gpu_why, sizeof gpu_why, "%s", err);
+    }
+    return gpu_be;
+}
+
+#define NEED_GPU(be)                                                       \
+    delta_backend *be = gpu();                                             \
+    if (!be) TEST_SKIP(gpu_why)
+
+/* ---- without a GPU ---------------------------------------------------------- */
+
+/* Runs cmd with stderr into out; returns the exit status. */
+static int run_cmd(const char *cmd, char *out, size_t cap) {
+    char full[1024];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *f = popen(full, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli_backend_cuda(void) {
+    char out[8192], cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s train --model mlp --batch 8 --steps 1 "
+             "--data synthetic --backend cuda --budget 60%% --quiet", tool);
+    int rc = run_cmd(cmd, out, sizeof out);
+    char why[256] = "";
+    if (!delta_cuda_built()) {
+        CHECK(rc == 2, "built without CUDA: exit 2, got %d: %s", rc, out);
+        CHECK(strstr(out, "built without CUDA") != NULL, "message: %s", out);
+    } else if (delta_cuda_device_count(why, sizeof why) == 0) {
+        CHECK(rc == 1, "no GPU: exit 1, got %d: %s", rc, out);
+        CHECK(strstr(out, "cuda backend: no CUDA device (cudaGetDeviceCount:"),
+              "message: %s", out);
+    } else {
+        CHECK(rc == 0, "a GPU: trains, got exit %d: %s", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s train --model mlp --backend cuda "
+             "--link-bw 5", tool);
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 2 && strstr(out, "--link-bw"), "--link-bw refused: %d %s", rc,
+          out);
+    snprintf(cmd, sizeof cmd, "%s --version", tool);
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 0 && (strstr(out, "cuda") != NULL) == delta_cuda_built(),
+          "--version lists cuda exactly when built: %s", out);
+}
+
+/* ---- the op programs ---------------------------------------------------------- */
+
+/* A graph holding what the models do not: conv2d with bias (and its bias
+ * gradient), avgpool, mul, sum, batch norm of (N, C), layer norm without
+ * affine parameters, split, concat, transpose, a key-masked softmax, and
+ * SGD with Nesterov momentum and weight decay. */
+static delta_ctx *extra_graph(void) {
+    delta_ctx *c = delta_ctx_new();
+    delta_init ini = {DELTA_INIT_NORMAL, 0, 0.1f};
+    delta_init one = {DELTA_INIT_ONES, 0, 0};
+    int64_t xs[4] = {2, 3, 9, 9}, ws[4] = {4, 3, 3, 3}, k4[1] = {4};
+    int64_t ms[2] = {2, 4}, r3[3] = {2, 2, 2}, r2[2] = {2, 4}, sm[3] = {2, 1, 4};
+    delta_tensor *x = delta_param(c, "x", 4, xs, ini);
+    delta_tensor *w = delta_param(c, "w", 4, ws, ini);
+    delta_tensor *b = delta_param(c, "b", 1, k4, ini);
+    delta_tensor *g = delta_param(c, "g", 1, k4, one);
+    delta_tensor *be = delta_param(c, "be", 1, k4, ini);
+    delta_tensor *rm = delta_state(c, "rm", 1, k4, ini);
+    delta_tensor *rv = delta_state(c, "rv", 1, k4, one);
+    delta_tensor *mask = delta_input(c, "mask", DELTA_F32, 2, ms);
+    delta_tensor *y = delta_conv2d(c, x, w, b, 2, 1);
+    y = delta_avgpool2d(c, y, 3, 1, 1);
+    y = delta_scale(c, delta_mul(c, y, y), 0.5f);
+    y = delta_global_avgpool(c, y);
+    y = delta_batchnorm(c, y, g, be, rm, rv, 0.1f, 1e-5f);
+    delta_tensor *parts[2];
+    delta_split(c, y, 1, 2, parts);
+    delta_tensor *cat[2] = {parts[1], parts[0]};
+    y = delta_concat(c, cat, 2, 1);
+    y = delta_transpose(c, delta_reshape(c, y, 3, r3), 1, 2);
+    y = delta_layernorm(c, delta_reshape(c, y, 2, r2), NULL, NULL, 1e-5f);
+    y = delta_softmax(c, delta_reshape(c, y, 3, sm), false, mask);
+    delta_tensor *loss = delta_sum(c, y);
+    delta_backward(c, loss);
+    delta_optimizer_sgd(c, (delta_sgd_opts){0.1f, 0.9f, 0.01f, true});
+    return c;
+}
+
+/* The op programs: the four tiny models with their backward passes and
+ * optimizers, and extra_graph. *n gets the count. */
+static delta_ctx **op_programs(int *n) {
+    delta_ctx **cs = calloc(N_MODELS + 1, sizeof *cs);
+    int k = 0;
+    for (int i = 0; i < N_MODELS; i++) {
+        built b;
+        if (build(&models[i], &b)) cs[k++] = b.ctx;
+        else delta_ctx_free(b.ctx);
+    }
+    delta_ctx *e = extra_graph();
+    if (delta_ctx_status(e) == DELTA_OK) cs[k++] = e;
+    else {
+        fprintf(stderr, "  extra graph: %s\n", delta_ctx_error(e));
+        delta_ctx_free(e);
+    }
+    *n = k;
+    return cs;
+}
+
+static void free_programs(delta_ctx **cs, int n) {
+    for (int i = 0; i < n; i++) delta_ctx_free(cs[i]);
+    free(cs);
+}
+
+/* Runs without a GPU too: the programs exercise every op type but the
+ * reshape view, so test_ops_match_cpu leaves none out. */
+static void test_programs_cover_every_op(void) {
+    int n;
+    delta_ctx **cs = op_programs(&n);
+    CHECK(n == N_MODELS + 1, "every program builds (%d of %d)", n,
+          N_MODELS + 1);
+    bool seen[DELTA_OP_TYPE_COUNT] = {false};
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < cs[p]->n_ops; i++) seen[cs[p]->ops[i].type] = true;
+    for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
+        CHECK(seen[t] || t == DELTA_OP_RESHAPE, "no program has a %s op",
+              delta_op_type_name((delta_op_type)t));
+    free_programs(cs, n);
+}
+
+/* ---- one op on both backends -------------------------------------------------- */
+
+#define ATOL 1e-4
+#define RTOL 1e-3
+
+/* Ops whose CUDA kernel does the CPU's arithmetic in the CPU's order. */
+static bool bit_exact(delta_op_type t) {
+    switch (t) {
+    case DELTA_OP_RELU: case DELTA_OP_RELU_BWD: case DELTA_OP_ADD:
+    case DELTA_OP_MUL: case DELTA_OP_SCALE: case DELTA_OP_FILL:
+    case DELTA_OP_BROADCAST: case DELTA_OP_DROPOUT: case DELTA_OP_DROPOUT_BWD:
+    case DELTA_OP_SUM: case DELTA_OP_EMBEDDING: case DELTA_OP_EMBEDDING_BWD:
+    case DELTA_OP_TRANSPOSE: case DELTA_OP_SPLIT: case DELTA_OP_CONCAT:
+    case DELTA_OP_MAXPOOL2D: case DELTA_OP_MAXPOOL2D_BWD:
+    case DELTA_OP_AVGPOOL2D: case DELTA_OP_AVGPOOL2D_BWD:
+    case DELTA_OP_GLOBAL_AVGPOOL: case DELTA_OP_GLOBAL_AVGPOOL_BWD:
+    case DELTA_OP_BN_RUNNING_UPDATE: case DELTA_OP_SGD_UPDATE:
+    case DELTA_OP_ADAMW_UPDATE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Random contents for input j of op: ids in range, variances and
+ * reciprocal deviations positive, masks of 0 and 1. */
+static void fill_input(const delta_op *op, int j, const delta_tensor *t,
+                       void *buf) {
+    int64_t n = t->numel;
+    if (t->dtype == DELTA_I32) {
+        int64_t bound = 16;
+        const delta_ctx *c = t->ctx;
+        if (op->type == DELTA_OP_EMBEDDING)
+            bound = c->tensors[op->in[1]]->shape[0];
+        else if (op->type == DELTA_OP_EMBEDDING_BWD)
+            bound = c->tensors[op->out[0]]->shape[0];
+        else if (op->type == DELTA_OP_CROSS_ENTROPY ||
+                 op->type == DELTA_OP_CROSS_ENTROPY_BWD)
+            bound = c->tensors[op->in[0]]->shape[1];
+        int32_t *v = buf;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (int32_t)(test_rng_u32() % (uint32_t)bound);
+        if (n > 1 && (op->type == DELTA_OP_CROSS_ENTROPY ||
+                      op->type == DELTA_OP_CROSS_ENTROPY_BWD))
+            v[1] = op->a.ignore_index; /* one row left out */
+        return;
+    }
+    float lo = -1, hi = 1;
+    bool positive = (op->type == DELTA_OP_BATCHNORM && j == 4) ||
+                    (op->type == DELTA_OP_BATCHNORM_BWD && j == 3) ||
+                    (op->type == DELTA_OP_BN_RUNNING_UPDATE && j == 1) ||
+                    (op->type == DELTA_OP_LAYERNORM_BWD && j == 2) ||
+                    (op->type == DELTA_OP_ADAMW_UPDATE && j == 3);
+    if (positive) lo = 0.5f, hi = 1.5f;
+    test_fill_rand(buf, n, lo, hi);
+    if (op->type == DELTA_OP_SOFTMAX && op->a.has_mask && j == 1)
+        for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = i % 3 ? 1.0f : 0.0f;
+}
+
+/* The roots an op touches, each once: inputs first. */
+typedef struct op_roots {
+    int id[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT];
+    bool is_in[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT];
+    int n;
+} op_roots;
+
+static int roots_add(op_roots *r, int id, bool in) {
+    for (int i = 0; i < r->n; i++)
+        if (r->id[i] == id) return i;
+    r->id[r->n] = id;
+    r->is_in[r->n] = in;
+    return r->n++;
+}
+
+#define GPU_ALIGN 256
+
+typedef struct op_check {
+    double worst[DELTA_OP_TYPE_COUNT];  /* max |a-b| / (atol + rtol |b|) */
+    int count[DELTA_OP_TYPE_COUNT];
+    int failed;
+} op_check;
+
+/* Runs op on the CPU and twice on the GPU on the same inputs; compares. */
+static void check_op(delta_backend *be, const delta_ctx *c, const delta_op *op,
+                     const delta_kernel_env *env, op_check *oc) {
+    op_roots r = {.n = 0};
+    int in_slot[DELTA_MAX_OP_IN], out_slot[DELTA_MAX_OP_OUT];
+    for (int j = 0; j < op->n_in; j++)
+        in_slot[j] = roots_add(&r, delta_tensor_root(c, op->in[j]), true);
+    for (int j = 0; j < op->n_out; j++)
+        out_slot[j] = roots_add(&r, delta_tensor_root(c, op->out[j]), false);
+    void *init[16], *cpu[16], *g1[16], *g2[16];
+    size_t off[16], bytes[16], arena = 0;
+    for (int i = 0; i < r.n; i++) {
+        bytes[i] = c->tensors[r.id[i]]->bytes;
+        size_t nb = bytes[i] ? bytes[i] : 4;
+        init[i] = calloc(1, nb);
+        cpu[i] = calloc(1, nb);
+        g1[i] = calloc(1, nb);
+        g2[i] = calloc(1, nb);
+        off[i] = arena;
+        arena += (nb + GPU_ALIGN - 1) / GPU_ALIGN * GPU_ALIGN;
+    }
+    size_t ws_off = arena;
+    arena += op->workspace + GPU_ALIGN;
+    for (int j = 0; j < op->n_in; j++) {
+        int s = in_slot[j];
+        if (j == 0 || r.id[s] != r.id[in_slot[j - 1]])
+            fill_input(op, j, c->tensors[op->in[j]], init[s]);
+    }
+    /* outputs not read: the CPU starts from 0, the GPU from NaN, so an
+     * element the GPU kernel forgets cannot match */
+    for (int i = 0; i < r.n; i++)
+        if (!r.is_in[i]) memset(init[i], 0xff, bytes[i]);
+    void *ws = op->workspace ? delta_alloc_aligned(op->workspace) : NULL;
+    delta_kargs k = {.op = op, .env = env, .ws = ws};
+    for (int i = 0; i < r.n; i++)
+        if (r.is_in[i]) memcpy(cpu[i], init[i], bytes[i]);
+    for (int j = 0; j < op->n_in; j++) {
+        k.in_t[j] = c->tensors[op->in[j]];
+        k.in[j] = cpu[in_slot[j]];
+    }
+    for (int j = 0; j < op->n_out; j++) {
+        k.out_t[j] = c->tensors[op->out[j]];
+        k.out[j] = cpu[out_slot[j]];
+    }
+    delta_cpu_run(&k);
+    delta_free_aligned(ws);
+
+    void *base = NULL;
+    CHECK(delta_backend_arena_create(be, arena, &base) == DELTA_OK,
+          "arena of %zu B", arena);
+    for (int run = 0; base && run < 2; run++) {
+        void **out = run ? g2 : g1;
+        for (int i = 0; i < r.n; i++)
+            delta_backend_upload(be, (char *)base + off[i], init[i], bytes[i]);
+        for (int j = 0; j < op->n_in; j++)
+            k.in[j] = (char *)base + off[in_slot[j]];
+        for (int j = 0; j < op->n_out; j++)
+            k.out[j] = (char *)base + off[out_slot[j]];
+        k.ws = op->workspace ? (char *)base + ws_off : NULL;
+        delta_backend_run(be, &k);
+        for (int i = 0; i < r.n; i++)
+            delta_backend_download(be, out[i], (char *)base + off[i],
+                                   bytes[i]);
+    }
+    for (int j = 0; base && j < op->n_out; j++) {
+        int s = out_slot[j];
+        const delta_tensor *t = c->tensors[op->out[j]];
+        if (j > 0 && s == out_slot[j - 1]) continue;
+        CHECK(!memcmp(g1[s], g2[s], bytes[s]),
+              "op %d %s (%s) output %d: two GPU runs differ", op->id,
+              op->name, delta_op_type_name(op->type), j);
+        if (t->dtype != DELTA_F32 || bit_exact(op->type)) {
+            bool same = !memcmp(g1[s], cpu[s], bytes[s]);
+            CHECK(same, "op %d %s (%s) output %d: not the CPU's bits",
+                  op->id, op->name, delta_op_type_name(op->type), j);
+            if (!same) oc->failed++;
+            oc->count[op->type]++;
+            continue;
+        }
+        const float *a = g1[s], *b = cpu[s];
+        double worst = 0;
+        int64_t wi = 0;
+        for (int64_t i = 0; i < t->numel; i++) {
+            double d = fabs((double)a[i] - (double)b[i]);
+            double q = d / (ATOL + RTOL * fabs((double)b[i]));
+            if (!(q <= worst)) { /* NaN counts as worst */
+                worst = q;
+                wi = i;
+                if (q != q) break;
+            }
+        }
+        if (!(worst <= 1.0)) {
+            oc->failed++;
+            CHECK(worst <= 1.0, "op %d %s (%s) output %d: element %lld gpu "
+                  "%.9g cpu %.9g (%.3g x the tolerance)", op->id, op->name,
+                  delta_op_type_name(op->type), j, (long long)wi,
+                  (double)a[wi], (double)b[wi], worst);
+        }
+        if (!(worst <= oc->worst[op->type])) oc->worst[op->type] = worst;
+        oc->count[op->type]++;
+    }
+    for (int i = 0; i < r.n; i++) {
+        free(init[i]);
+        free(cpu[i]);
+        free(g1[i]);
+        free(g2[i]);
+    }
+}
+
+/* Every op of the programs on be against the CPU kernel; same_kernels: be
+ * runs the CPU kernels too, so every output must be bit-identical. */
+static void ops_against_cpu(delta_backend *be, bool same_kernels) {
+    int n;
+    delta_ctx **cs = op_programs(&n);
+    op_check oc;
+    memset(&oc, 0, sizeof oc);
+    test_rng_seed(42);
+    for (int p = 0; p < n; p++) {
+        const delta_ctx *c = cs[p];
+        for (int i = 0; i < c->n_ops; i++) {
+            const delta_op *op = &c->ops[i];
+            if (op->type == DELTA_OP_RESHAPE) continue;
+            delta_kernel_env train = {c->seed, 1, true};
+            check_op(be, c, op, &train, &oc);
+            if (op->type == DELTA_OP_BATCHNORM || op->type == DELTA_OP_DROPOUT) {
+                delta_kernel_env eval = {c->seed, 1, false};
+                check_op(be, c, op, &eval, &oc);
+            }
+        }
+    }
+    delta_backend_arena_destroy(be);
+    printf("  %-22s %6s %s\n", "op", "runs", "worst |gpu-cpu| / (atol + rtol |cpu|)");
+    for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
+        if (oc.count[t])
+            printf("  %-22s %6d %s%.3g\n", delta_op_type_name((delta_op_type)t),
+                   oc.count[t], bit_exact((delta_op_type)t) ? "bit-exact " : "",
+                   oc.worst[t]);
+    CHECK(oc.failed == 0, "%d op outputs off", oc.failed);
+    for (int t = 0; same_kernels && t < DELTA_OP_TYPE_COUNT; t++)
+        CHECK(oc.worst[t] == 0, "%s: the same kernels differ",
+              delta_op_type_name((delta_op_type)t));
+    free_programs(cs, n);
+}
+
+static void test_ops_match_cpu(void) {
+    NEED_GPU(be);
+    const char *path = delta_cuda_conv_path(be);
+    printf("  convolutions on %s\n", path);
+    ops_against_cpu(be, false);
+    if (strncmp(path, "cuDNN", 5)) return;
+    /* and the lowering cuDNN leaves unused: a backend without it */
+    setenv("DELTA_CUDNN", "0", 1);
+    char err[400];
+    delta_backend *b2 = delta_backend_cuda_new(NULL, err, sizeof err);
+    unsetenv("DELTA_CUDNN");
+    CHECK(b2 != NULL, "a second cuda backend: %s", err);
+    if (!b2) return;
+    printf("  convolutions on %s\n", delta_cuda_conv_path(b2));
+    CHECK(strncmp(delta_cuda_conv_path(b2), "cuDNN", 5) != 0,
+          "DELTA_CUDNN=0 turns cuDNN off");
+    ops_against_cpu(b2, false);
+    delta_backend_free(b2);
+}
+
+/* The harness itself, in every build: the cpu backend standing in for the
+ * GPU runs the same kernels, so every op must come out bit for bit (this
+ * checks the inputs, in-place outputs and workspaces it sets up). */
+static void test_op_harness_on_cpu(void) {
+    delta_backend *be = delta_backend_cpu_new(
+        &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, NULL, 0);
+    CHECK(be != NULL, "cpu backend");
+    if (be) ops_against_cpu(be, true);
+    delta_backend_free(be);
+}
+
+/* ---- policies on the GPU ---------------------------------------------------------- */
+
+static const int gpu_pcts[] = {100, 70, 40};
+#define N_GPU_PCTS 3
+
+/* Every policy at 100, 70 and 40% trains bit-identical to keep without a
+ * budget, never above the budget; keep on the GPU is close to the CPU's. */
+static void test_policies_exact(void) {
+    NEED_GPU(be);
+    delta_backend *cpu = delta_backend_cpu_new(
+        &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, NULL, 0);
+    for (int mi = 0; mi < N_MODELS; mi++) {
+        const model_case *mc = &models[mi];
+        char *ref = NULL, *host = NULL, why[512] = "";
+        size_t ref_n = 0, host_n = 0, peak = 0, min_budget = 0;
+        delta_step_stats sum;
+        outcome oc = train(mc, be, NULL, 0, &ref, &ref_n, &peak, &sum, why,
+                           sizeof why);
+        CHECK(oc == RAN, "keep on %s: %s", mc->label, why);
+        if (oc != RAN) continue;
+        /* the GPU's keep against the CPU's: close, not equal (GEMM order).
+         * With SGD: AdamW turns a gradient that is rounding noise into a
+         * full lr-sized step, so it cannot be compared this way. */
+        model_case sgd = *mc;
+        sgd.adamw = false;
+        char *dev = NULL;
+        size_t dev_n = 0;
+        oc = train(&sgd, cpu, NULL, 0, &host, &host_n, &peak, &sum, why,
+                   sizeof why);
+        if (oc == RAN)
+            oc = train(&sgd, be, NULL, 0, &dev, &dev_n, &peak, &sum, why,
+                       sizeof why);
+        CHECK(oc == RAN && host_n == dev_n, "keep with SGD on %s: %s",
+              mc->label, why);
+        if (oc == RAN && host_n == dev_n) {
+            const float *a = (const float *)dev, *b = (const float *)host;
+            double worst = 0;
+            for (size_t i = 0; i < dev_n / 4; i++) {
+                double q = fabs((double)a[i] - b[i]) / (1e-4 + 1e-3 * fabs(b[i]));
+                if (!(q <= worst)) worst = q;
+            }
+            printf("  %-6s keep, SGD: gpu vs cpu after %d steps: worst %.3g x "
+                   "the tolerance\n", mc->label, N_STEPS, worst);
+            CHECK(worst <= 1.0, "%s: GPU training drifts from the CPU's",
+                  mc->label);
+        }
+        free(host);
+        free(dev);
+        size_t base = baseline_peak(mc, &min_budget);
+        for (const char *const *p = delta_session_policies(); *p; p++) {
+            if (only && strcmp(only, *p)) continue;
+            for (int k = 0; k < N_GPU_PCTS; k++) {
+                size_t budget = base * (size_t)gpu_pcts[k] / 100;
+                if (!strcmp(*p, "keep") && gpu_pcts[k] < 100) continue;
+                char *got = NULL;
+                size_t got_n = 0;
+                why[0] = 0;
+                oc = train(mc, be, *p, budget, &got, &got_n, &peak, &sum, why,
+                           sizeof why);
+                if (oc == RAN) {
+                    bool same = got_n == ref_n && !memcmp(got, ref, ref_n);
+                    CHECK(same, "%s on %s at %d%%: differs from keep", *p,
+                          mc->label, gpu_pcts[k]);
+                    CHECK(peak <= budget, "%s on %s at %d%%: peak %zu > %zu",
+                          *p, mc->label, gpu_pcts[k], peak, budget);
+                    printf("  %-10s %-6s %3d%%: %s, peak %zu of %zu, out %zu "
+                           "in %zu B, %d recomputed, stall %.4f s\n", *p,
+                           mc->label, gpu_pcts[k],
+                           same ? "bit-identical" : "DIFFERENT", peak, budget,
+                           sum.swap_out_bytes, sum.swap_in_bytes,
+                           sum.recomputed_ops, sum.stall_s);
+                } else {
+                    /* as on the cpu: refused cleanly, never a wrong result */
+                    printf("  %-10s %-6s %3d%%: refused: %s\n", *p, mc->label,
+                           gpu_pcts[k], why);
+                    CHECK(gpu_pcts[k] < 100,
+                          "%s must run %s at 100%%", *p, mc->label);
+                }
+                free(got);
+            }
+        }
+        free(ref);
+    }
+    delta_backend_free(cpu);
+}
+
+/* ---- streams and events -------------------------------------------------------- */
+
+/* Bytes go host -> device (to-device stream), device -> device (compute,
+ * after waiting for that copy), device -> host (to-host stream, after the
+ * compute stream), in order, through events only. */
+static void test_streams_order_copies(void) {
+    NEED_GPU(be);
+    const size_t n = (size_t)8 << 20;
+    void *base = NULL;
+    CHECK(delta_backend_arena_create(be, 2 * n, &base) == DELTA_OK, "arena");
+    unsigned char *src = delta_backend_host_alloc(be, n);
+    unsigned char *dst = delta_backend_host_alloc(be, n);
+    CHECK(src && dst, "pinned host memory");
+    if (!base || !src || !dst) return;
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 7 + 3);
+    memset(dst, 0, n);
+    delta_backend_copy(be, DELTA_STREAM_TO_DEVICE, base, src, n);
+    delta_event in = delta_backend_record(be, DELTA_STREAM_TO_DEVICE);
+    delta_backend_wait(be, DELTA_STREAM_COMPUTE, in);
+    delta_backend_copy(be, DELTA_STREAM_COMPUTE, (char *)base + n, base, n);
+    delta_backend_wait(be, DELTA_STREAM_TO_HOST,
+                       delta_backend_record(be, DELTA_STREAM_COMPUTE));
+    delta_backend_copy(be, DELTA_STREAM_TO_HOST, dst, (char *)base + n, n);
+    delta_event out = delta_backend_record(be, DELTA_STREAM_TO_HOST);
+    delta_backend_sync(be, out);
+    CHECK(delta_backend_query(be, out) && delta_backend_query(be, in),
+          "complete after sync");
+    CHECK(!memcmp(src, dst, n), "the bytes came back");
+    double t0, t1;
+    CHECK(delta_backend_span(be, out, &t0, &t1) && t1 >= t0,
+          "the copy's span is known");
+    /* a device move that overlaps itself (defragmentation) */
+    delta_backend_upload(be, base, src, n);
+    delta_backend_copy(be, DELTA_STREAM_COMPUTE, (char *)base + 4096, base,
+                       n - 4096);
+    delta_backend_download(be, dst, base, n);
+    CHECK(!memcmp(dst + 4096, src, n - 4096) && !memcmp(dst, src, 4096),
+          "an overlapping move is a memmove");
+    CHECK(delta_backend_host_alloc(be, (size_t)1 << 62) == NULL,
+          "an impossible host store is NULL, not an abort");
+    delta_backend_host_free(be, src);
+    delta_backend_host_free(be, dst);
+    delta_backend_arena_destroy(be);
+}
+
+/* A copy on a copy stream runs while the compute stream is busy: its span
+ * on the GPU's clock lies inside the kernels' (long GEMMs, a short copy). */
+static void test_copy_overlaps_kernels(void) {
+    NEED_GPU(be);
+    delta_ctx *c = delta_ctx_new();
+    int64_t s[2] = {2048, 2048};
+    delta_tensor *a = delta_input(c, "a", DELTA_F32, 2, s);
+    delta_tensor *y = delta_matmul(c, a, a, false, false, 1.0f);
+    CHECK(y != NULL, "matmul");
+    const size_t mat = (size_t)2048 * 2048 * 4, cp = (size_t)16 << 20;
+    void *base = NULL;
+    CHECK(delta_backend_arena_create(be, 2 * mat + cp, &base) == DELTA_OK,
+          "arena");
+    void *host = delta_backend_host_alloc(be, cp);
+    if (!base || !host || !y) return;
+    float *ones = malloc(mat);
+    for (size_t i = 0; i < mat / 4; i++) ones[i] = 1.0f / 2048;
+    delta_backend_upload(be, base, ones, mat);
+    free(ones);
+    delta_kernel_env env = {1, 0, true};
+    delta_kargs k = {.op = &c->ops[0], .env = &env};
+    k.in_t[0] = k.in_t[1] = a;
+    k.in[0] = k.in[1] = base;
+    k.out_t[0] = y;
+    k.out[0] = (char *)base + mat;
+    double t0 = delta_backend_clock(be);
+    for (int i = 0; i < 40; i++) delta_backend_run(be, &k); /* ~17 GFLOP each */
+    delta_backend_copy(be, DELTA_STREAM_TO_HOST, host, (char *)base + 2 * mat,
+                       cp);
+    delta_event e = delta_backend_record(be, DELTA_STREAM_TO_HOST);
+    double t1 = delta_backend_clock(be); /* the kernels' end */
+    delta_backend_sync(be, e);
+    double c0 = 0, c1 = 0;
+    CHECK(delta_backend_span(be, e, &c0, &c1), "the copy's span");
+    printf("  kernels %.3f..%.3f ms, copy %.3f..%.3f ms\n", 0.0,
+           (t1 - t0) * 1e3, (c0 - t0) * 1e3, (c1 - t0) * 1e3);
+    CHECK(c0 >= t0 && c0 < t1, "the copy started while the kernels ran");
+    CHECK(c1 > c0, "the copy took time");
+    delta_backend_host_free(be, host);
+    delta_backend_arena_destroy(be);
+    delta_ctx_free(c);
+}
+
+int main(int argc, char **argv) {
+    only = argc > 1 ? argv[1] : NULL;
+    const char *slash = strrchr(argv[0], '/');
+    if (slash && slash - argv[0] > 6 && !strncmp(slash - 6, "/tests", 6))
+        snprintf(tool, sizeof tool, "%.*s/delta", (int)(slash - 6 - argv[0]),
+                 argv[0]);
+    TEST_RUN(test_cli_backend_cuda);
+    TEST_RUN(test_programs_cover_every_op);
+    TEST_RUN(test_op_harness_on_cpu);
+    TEST_RUN(test_ops_match_cpu);
+    TEST_RUN(test_streams_order_copies);
+    TEST_RUN(test_copy_overlaps_kernels);
+    TEST_RUN(test_policies_exact);
+    delta_backend_free(gpu_be);
+    TEST_MAIN_END();
+}
