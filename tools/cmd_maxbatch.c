@@ -123,15 +123,9 @@ static int handle_opt(void *ud, int val, const char *opt, const char *a) {
     char err[512];
     switch (val) {
     case OPT_POLICIES:
-        if (!parse_list(opt, a, m->policies_buf, sizeof m->policies_buf,
-                        m->policies, MAX_POLICIES, &m->n_policies, err,
-                        sizeof err))
-            return train_args_error("%s", err);
-        for (int i = 0; i < m->n_policies; i++) {
-            int rc = train_args_check_policy(m->policies[i]);
-            if (rc >= 0) return rc;
-        }
-        return -1;
+        return train_args_parse_policies(opt, a, m->policies_buf,
+                                         sizeof m->policies_buf, m->policies,
+                                         MAX_POLICIES, &m->n_policies);
     case OPT_MIN_THROUGHPUT:
         if (!parse_f64(opt, a, 0, 1, &m->min_throughput, err, sizeof err))
             return train_args_error("%s", err);
@@ -165,9 +159,6 @@ static int parse(maxbatch *m, int argc, char **argv) {
         return train_args_error("%s does not apply to maxbatch",
                                 c->save ? "--save" : c->load ? "--load"
                                 : c->trace ? "--trace" : "--seq-len-range");
-    if (c->policy && m->n_policies)
-        return train_args_error("--policy and --policies both choose "
-                                "policies; give one of them");
     if (c->steps < 1)
         return train_args_error("--steps: a probe needs at least 1 step");
     if (c->budget.kind == BUDGET_PERCENT)
@@ -178,11 +169,9 @@ static int parse(maxbatch *m, int argc, char **argv) {
         return train_args_error("on --backend cpu the device's memory is "
                                 "--budget SIZE (e.g. --budget 64MiB); or "
                                 "use --backend sim --gpu G");
-    if (c->policy) m->policies[m->n_policies++] = c->policy;
-    if (!m->n_policies)
-        for (const char *const *p = delta_session_policies(); *p; p++)
-            if (m->n_policies < MAX_POLICIES)
-                m->policies[m->n_policies++] = *p;
+    rc = train_args_pick_policies(c, m->policies, MAX_POLICIES,
+                                  &m->n_policies);
+    if (rc >= 0) return rc;
     /* --json is this command's (one line per policy), not the probes' */
     m->json = c->json;
     c->json = NULL;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "parse.h"
 #include "trainer.h"
 
 /* A command's own option values start here (train's are below). */
@@ -43,5 +44,16 @@ int train_args_error(const char *fmt, ...)
 
 /* -1 when name is a session policy, else a usage error listing them (2). */
 int train_args_check_policy(const char *name);
+
+/* --policies LIST: parses arg into list[0..*n) (text copied into buf),
+ * each a known policy. -1 to go on, else the exit status. */
+int train_args_parse_policies(const char *opt, const char *arg, char *buf,
+                              size_t buf_len, const char **list, int cap,
+                              int *n);
+
+/* After parsing: --policy P joins the list (both given: a usage error);
+ * none given: every policy. -1 to go on, else the exit status. */
+int train_args_pick_policies(const train_config *c, const char **list,
+                             int cap, int *n);
 
 #endif
