@@ -22,83 +22,20 @@
 #include "delta/delta.h"
 
 #include <cjson/cJSON.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
-
-#define OUT_CAP (64 * 1024)
-#define MAX_ARGS 48
-
-static char tmpdir[64];
-static const char *tool = "build/delta";
-
-typedef struct result {
-    int status;            /* exit status, or 128 + signal */
-    char out[OUT_CAP];     /* stdout */
-    char err[OUT_CAP];     /* stderr */
-    double seconds;
-} result;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static void slurp(const char *path, char *buf, size_t cap) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
+#include "test_tool.h"
 
 /* Runs `tool train args...` (NULL-terminated); with train false, runs
  * `tool args...`. */
 static void run_tool(result *r, bool train, const char *const *args) {
-    const char *argv[MAX_ARGS + 3];
-    int n = 0;
-    argv[n++] = tool;
-    if (train) argv[n++] = "train";
-    for (int i = 0; args[i] && n < MAX_ARGS + 1; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    char out_path[128], err_path[128];
-    snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", tmpdir);
-    double t0 = now();
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o < 0 || e < 0) _exit(126);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(tool, (char *const *)argv);
-        _exit(127);
-    }
-    int ws = 0;
-    if (pid < 0 || waitpid(pid, &ws, 0) < 0) {
-        r->status = -1;
-    } else if (WIFEXITED(ws)) {
-        r->status = WEXITSTATUS(ws);
-    } else {
-        r->status = 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-    }
-    r->seconds = now() - t0;
-    slurp(out_path, r->out, sizeof r->out);
-    slurp(err_path, r->err, sizeof r->err);
+    run_cmd(r, train ? "train" : NULL, args);
 }
 
 static result res; /* large: one shared result buffer */
@@ -108,10 +45,6 @@ static result res; /* large: one shared result buffer */
         const char *a_[] = {__VA_ARGS__, NULL};                            \
         run_tool(&res, true, a_);                                          \
     } while (0)
-
-static void path_in_tmp(char *buf, size_t n, const char *name) {
-    snprintf(buf, n, "%s/%s", tmpdir, name);
-}
 
 static bool have_fashion_mnist(void) {
     return access(DELTA_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz",
@@ -259,33 +192,6 @@ static void test_budget_errors(void) {
 
 /* ---- JSON ------------------------------------------------------------------- */
 
-/* Reads a JSON Lines file: up to cap objects into objs; returns the count
- * (-1 when a line does not parse). */
-static int read_json_lines(const char *path, cJSON **objs, int cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    static char line[1 << 16];
-    int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (n == cap) break;
-        cJSON *o = cJSON_Parse(line);
-        if (!o || !cJSON_IsObject(o)) {
-            cJSON_Delete(o);
-            fclose(f);
-            for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
-            return -1;
-        }
-        objs[n++] = o;
-    }
-    fclose(f);
-    return n;
-}
-
-static double num(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static const char *step_fields[] = {
     "step", "loss", "step_s", "peak_device_bytes", "swap_out_bytes",
     "swap_in_bytes", "swap_outs", "swap_ins", "drops", "recomputed_ops",
@@ -385,29 +291,6 @@ static bool file_holds(const char *path, const char *text) {
     static char buf[256];
     slurp(path, buf, sizeof buf);
     return !strcmp(buf, text);
-}
-
-/* A whole file parsed as one JSON document, or NULL. */
-static cJSON *read_json_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) buf = malloc((size_t)n + 1);
-    cJSON *doc = NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-        doc = cJSON_Parse(buf);
-    }
-    free(buf);
-    fclose(f);
-    return doc;
-}
-
-static const char *str(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : "";
 }
 
 /* What a Chrome trace holds, counted. */
@@ -1145,31 +1028,8 @@ static void test_sim_backend(void) {
     sim_run("gpt2-xl", "1");
 }
 
-/* build/X/tests/test_cli tests build/X/delta: builds in separate folders
- * (BUILD=..., sanitizers) each test their own tool. */
-static void tool_beside(const char *self) {
-    static char path[4096];
-    const char *t = strstr(self, "/tests/");
-    if (!t || (size_t)(t - self) + sizeof "/delta" > sizeof path) return;
-    snprintf(path, sizeof path, "%.*s/delta", (int)(t - self), self);
-    tool = path;
-}
-
 int main(int argc, char **argv) {
-    const char *t = getenv("DELTA_TOOL");
-    if (t && *t) tool = t;
-    else if (argc > 0) tool_beside(argv[0]);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/delta_test_cli_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    if (access(tool, X_OK) != 0) {
-        fprintf(stderr, "%s is not built: run 'make tool' (make test does) "
-                "or set DELTA_TOOL\n", tool);
-        printf("# results: 0 passed, 1 failed, 0 skipped\n");
-        return 1;
-    }
+    if (!tool_begin(argc, argv, "test_cli")) return 1;
     TEST_RUN(test_help_and_version);
     TEST_RUN(test_usage_errors);
     TEST_RUN(test_budget_errors);
@@ -1188,8 +1048,6 @@ int main(int argc, char **argv) {
     TEST_RUN(test_plan);
     TEST_RUN(test_seq_len_range_exact);
     TEST_RUN(test_partial_batch_exact);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    tool_end();
     TEST_MAIN_END();
 }

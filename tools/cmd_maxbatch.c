@@ -115,6 +115,7 @@ typedef struct maxbatch {
     const char *json;
     bool quiet;
     size_t device_bytes;
+    int64_t seq_len;            /* transformers' T (0: images) */
     double floor;               /* samples/s a batch must reach; 0: none */
 } maxbatch;
 
@@ -281,13 +282,12 @@ static double ratio_to_keep(const search *s, const search *keep) {
     return (double)s->max_batch / (double)keep->max_batch;
 }
 
-static void print_header(const maxbatch *m, const search *keep,
-                         const cell_result *shape) {
+static void print_header(const maxbatch *m, const search *keep) {
     const train_config *c = &m->cfg;
     char dev[32];
     delta_format_bytes((double)m->device_bytes, dev, sizeof dev);
     printf("%s", c->model.name);
-    if (shape && shape->seq_len) printf(", T %" PRId64, shape->seq_len);
+    if (m->seq_len) printf(", T %" PRId64, m->seq_len);
     if (c->backend == TRAIN_BACKEND_SIM)
         printf(" on simulated %s, device %s", c->gpu ? c->gpu : "v100-16g",
                dev);
@@ -342,9 +342,10 @@ static cJSON *row_json(const maxbatch *m, const search *s,
     cJSON_AddStringToObject(o, "status", cell_status_name(s->status));
     cJSON_AddNumberToObject(o, "max_batch", (double)s->max_batch);
     json_add_number_or_null(o, "samples_per_s", b ? b->samples_per_s : NAN);
-    if (b && b->seq_len)
-        cJSON_AddNumberToObject(o, "tokens_per_s",
-                                b->samples_per_s * (double)b->seq_len);
+    if (m->seq_len)
+        json_add_number_or_null(o, "tokens_per_s",
+                                b ? b->samples_per_s * (double)m->seq_len
+                                  : NAN);
     json_add_number_or_null(o, "ratio_to_keep", ratio_to_keep(s, keep));
     json_add_number_or_null(o, "step_s", b ? b->step_s : NAN);
     json_add_number_or_null(o, "peak_bytes", b ? (double)b->peak_bytes : NAN);
@@ -362,8 +363,7 @@ static cJSON *row_json(const maxbatch *m, const search *s,
     cJSON_AddNumberToObject(o, "floor_samples_per_s", m->floor);
     cJSON_AddNumberToObject(o, "keep_max_batch", (double)keep->max_batch);
     cJSON_AddNumberToObject(o, "steps", (double)c->steps);
-    if (b && b->seq_len) cJSON_AddNumberToObject(o, "seq_len",
-                                                 (double)b->seq_len);
+    if (m->seq_len) cJSON_AddNumberToObject(o, "seq_len", (double)m->seq_len);
     cJSON_AddNumberToObject(o, "search_s", s->search_s);
     if (s->status == CELL_FAILED) cJSON_AddStringToObject(o, "error", s->err);
     cJSON *ps = cJSON_AddArrayToObject(o, "probes");
@@ -385,14 +385,11 @@ static cJSON *row_json(const maxbatch *m, const search *s,
     return o;
 }
 
-static int write_json(const maxbatch *m, search *const *res, int n,
-                      const search *keep) {
+/* Writes the lines into l (opened before the search, so a bad path is
+ * refused first) and closes it. */
+static int write_json(const maxbatch *m, json_log *l, search *const *res,
+                      int n, const search *keep) {
     char err[512];
-    json_log *l = json_log_open(m->json, err, sizeof err);
-    if (!l) {
-        fprintf(stderr, "delta maxbatch: %s\n", err);
-        return 2;
-    }
     bool ok = true;
     for (int i = 0; i < n; i++) {
         cJSON *o = row_json(m, res[i], keep);
@@ -420,6 +417,7 @@ static int check_setup(maxbatch *m) {
     if (st == DELTA_OK) {
         m->cfg.model.name = t.cfg.model.name;
         m->cfg.gpu = t.cfg.gpu;
+        m->seq_len = t.image ? 0 : t.model.cfg.seq_len;
         if (m->cfg.budget.kind == BUDGET_BYTES) {
             m->device_bytes = m->cfg.budget.bytes;
         } else {
@@ -439,8 +437,17 @@ int cmd_maxbatch(int argc, char **argv) {
     /* the keep search and one per policy: searches hold their probes */
     search *keep = calloc(1, sizeof *keep);
     search *res[MAX_POLICIES] = {0};
+    json_log *json = NULL;
     int rc = m && keep ? parse(m, argc, argv) : 1;
     if (rc < 0) rc = check_setup(m);
+    if (rc < 0 && m->json) {
+        char err[512];
+        json = json_log_open(m->json, err, sizeof err);
+        if (!json) {
+            fprintf(stderr, "delta maxbatch: %s\n", err);
+            rc = 2;
+        }
+    }
     if (rc >= 0) goto done;
     double t0 = progress_now();
     keep->policy = "keep";
@@ -468,7 +475,7 @@ int cmd_maxbatch(int argc, char **argv) {
         search_policy(m, res[i], keep->max_batch ? keep->max_batch : 1,
                       m->floor);
     }
-    print_header(m, keep, keep->best ? &keep->best->cell : NULL);
+    print_header(m, keep);
     printf("%-11s %9s %7s %12s %10s %10s %6s  %s\n", "policy", "max batch",
            "x keep", "samples/s", "step s", "peak", "probes",
            "next batch up is limited by");
@@ -479,11 +486,16 @@ int cmd_maxbatch(int argc, char **argv) {
     }
     printf("searched in %.2f s\n", progress_now() - t0);
     fflush(stdout);
-    if (m->json) {
-        int jrc = write_json(m, res, m->n_policies, keep);
+    if (json) {
+        int jrc = write_json(m, json, res, m->n_policies, keep);
+        json = NULL;
         if (jrc) rc = jrc;
     }
 done:
+    if (json) {
+        char err[512];
+        json_log_close(json, err, sizeof err);
+    }
     for (int i = 0; i < MAX_POLICIES; i++)
         if (res[i] != keep) free(res[i]);
     free(keep);
