@@ -24,19 +24,7 @@ static result res;
 #define TINY "--model", "gpt2-tiny", "--layers", "2", "--hidden", "64", \
              "--heads", "2", "--seq-len", "32", "--vocab", "256"
 
-static void expect_usage_error(const char *needle, const char *const *args) {
-    run_cmd(&res, "maxbatch", args);
-    CHECK(res.status == 2, "status %d, expected 2 (looking for '%s'); "
-          "stderr: %.300s", res.status, needle, res.err);
-    CHECK(strstr(res.err, needle) != NULL, "stderr lacks '%s': %.300s",
-          needle, res.err);
-}
-
-#define FAILS(needle, ...)                                                 \
-    do {                                                                   \
-        const char *a_[] = {__VA_ARGS__, NULL};                            \
-        expect_usage_error(needle, a_);                                    \
-    } while (0)
+#define FAILS(needle, ...) USAGE_FAILS(&res, "maxbatch", needle, __VA_ARGS__)
 
 static void test_help(void) {
     MAXBATCH("--help");

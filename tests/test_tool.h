@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test.h"
+
 #define OUT_CAP (64 * 1024)
 #define MAX_ARGS 48
 
@@ -88,6 +90,24 @@ static inline void run_cmd(result *r, const char *cmd,
     slurp(out_path, r->out, sizeof r->out);
     slurp(err_path, r->err, sizeof r->err);
 }
+
+/* Runs `tool cmd args...` expecting exit status 2 (bad usage or input)
+ * and a stderr containing needle. */
+static inline void expect_usage_error(result *r, const char *cmd,
+                                      const char *needle,
+                                      const char *const *args) {
+    run_cmd(r, cmd, args);
+    CHECK(r->status == 2, "delta %s: status %d, expected 2 (looking for "
+          "'%s'); stderr: %.300s", cmd, r->status, needle, r->err);
+    CHECK(strstr(r->err, needle) != NULL, "delta %s: stderr lacks '%s': "
+          "%.300s", cmd, needle, r->err);
+}
+
+#define USAGE_FAILS(r, cmd, needle, ...)                                   \
+    do {                                                                   \
+        const char *a_[] = {__VA_ARGS__, NULL};                            \
+        expect_usage_error(r, cmd, needle, a_);                            \
+    } while (0)
 
 static inline void path_in_tmp(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", tmpdir, name);
