@@ -154,8 +154,7 @@ static void gp_preamble(FILE *gp) {
 "}\n"
 "set datafile missing \"-\"\n"
 "set grid\n"
-"set key outside right top\n"
-"set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05\n");
+"set key outside right top\n");
 }
 
 /* Writes the script; *n_png counts the PNGs it makes. */
@@ -172,6 +171,8 @@ static bool write_script(const bench *b, const char *gp_path, int *n_png) {
         const bench_model *bm = &b->m[i];
         bench_label(b, bm, label, sizeof label);
         fprintf(gp, "\n# %s\nset output \"%s/overhead_%s.png\"\n"
+                "set autoscale\n"
+                "set offsets graph 0.02, graph 0.02, graph 0.05, graph 0.05\n"
                 "set title \"%s: step time against budget\"\n"
                 "set xlabel \"budget (%% of keep's unconstrained peak)\"\n"
                 "set ylabel \"step time / keep's with no limit\"\n",
@@ -199,6 +200,8 @@ static bool write_script(const bench *b, const char *gp_path, int *n_png) {
             if (!ref) budget = bud;
             if (!lines)
                 fprintf(gp, "set output \"%s/memory_%s.png\"\n"
+                        "set offsets 0, 0, graph 0.05, 0\n"
+                        "set xrange [0:*]\nset yrange [0:*]\n"
                         "set title \"%s: device memory through one step, "
                         "budget %s\"\nset xlabel \"time into the step "
                         "(%s)\"\nset ylabel \"device memory in use "
