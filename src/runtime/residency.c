@@ -299,8 +299,16 @@ static bool moves_fit(managed *m, int n, int k, int j, size_t lo, size_t hi,
     /* blocks largest first (the lower slot first among equals), each
      * into the smallest gap that holds it */
     int cnt = j - k;
-    for (int i = k; i < j; i++)
-        m->order[i - k] = (mg_slot){m->rv[m->scratch[i].r].bytes, i};
+    size_t largest_gap = 0, largest_block = 0;
+    for (int g = 0; g < ng; g++)
+        if (m->gaps[g] > largest_gap) largest_gap = m->gaps[g];
+    for (int i = k; i < j; i++) {
+        size_t sz = m->rv[m->scratch[i].r].bytes;
+        m->order[i - k] = (mg_slot){sz, i};
+        if (sz > largest_block) largest_block = sz;
+    }
+    /* the largest goes first: when no gap holds it, nothing is tried */
+    if (largest_block > largest_gap) return false;
     qsort(m->order, (size_t)cnt, sizeof *m->order, cmp_larger_first);
     for (int q = 0; q < cnt; q++) {
         int big = m->order[q].r;
