@@ -72,7 +72,8 @@ typedef struct mb_line {
     double max_batch, samples_per_s, ratio, step_s, peak, device;
     bool ratio_null;
     const char *status;
-    bool search_kept;   /* max_batch passed; max_batch + 1 failed */
+    bool search_kept;   /* max_batch passed; max_batch + 1 failed (or
+                           max_batch is --max-batch) */
 } mb_line;
 
 /* Reads a maxbatch --json file of the policies keep and delta into
@@ -122,7 +123,11 @@ static bool read_mb(const char *path, mb_line out[2]) {
             if (num(p, "batch") == l->max_batch + 1)
                 above_failed = cJSON_IsFalse(pass);
         }
-        l->search_kept = (l->max_batch == 0 || passed) && above_failed;
+        /* or the search stopped at --max-batch (64 here) */
+        bool capped = !strcmp(str(o, "limited_by"), "max-batch") &&
+                      l->max_batch == 64;
+        l->search_kept = (l->max_batch == 0 || passed) &&
+                         (above_failed || capped);
     }
     for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
     return ok;
