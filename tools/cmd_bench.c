@@ -52,6 +52,7 @@ static void usage(FILE *f) {
 "                       or none (default: the middle one of the list)\n"
 "  --out DIR            where the results go (created)\n"
 "  --quiet              no progress on stderr\n"
+"  (on cpu, --data defaults to synthetic: the cells measure, not learn)\n"
 "  -h, --help           this help\n"
 "\n"
 "exit status: 0 the grid ran (whatever its cells did), 2 bad usage or\n"

@@ -66,6 +66,7 @@ static void usage(FILE *f) {
 "  --max-batch N        largest batch tried (default %d)\n"
 "  --json FILE          one JSON object per line, one per policy\n"
 "  --quiet              no progress on stderr\n"
+"  (on cpu, --data defaults to synthetic: the probes measure, not learn)\n"
 "  -h, --help           this help\n"
 "\n"
 "A policy that cannot train even batch 1 is reported with max batch 0\n"
