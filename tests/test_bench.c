@@ -102,21 +102,6 @@ static const char *field(const char *row, int k, char *buf, size_t n) {
 enum { C_MODEL = 0, C_POLICY = 5, C_BUDGET = 6, C_BUDGET_BYTES = 7,
        C_STATUS = 8, C_STEP_S = 10, C_OVERHEAD = 11, C_PEAK = 13 };
 
-static bool is_png(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    unsigned char magic[8] = {0};
-    size_t n = fread(magic, 1, sizeof magic, f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fclose(f);
-    return n == 8 && !memcmp(magic, "\x89PNG\r\n\x1a\n", 8) && size > 1000;
-}
-
-static bool have_gnuplot(void) {
-    return system("command -v gnuplot >/dev/null 2>&1") == 0;
-}
-
 /* The points of a memory timeline data file: count, and how many are
  * above budget_mib. */
 static int timeline_points(const char *path, double budget_mib, int *over) {

@@ -5,6 +5,7 @@
  *    device (monotone), keep's is at most delta's, what is reported passed
  *    its probe and the batch above it failed (the search's promise), and
  *    --json writes one parseable line per policy with the fields;
+ *  - --plot writes its data, script and a PNG;
  *  - a device too small for batch 1 is a result (0, infeasible), not an
  *    error. */
 #include "delta/delta.h"
@@ -206,6 +207,23 @@ static void test_sim_floor(void) {
           l[1].samples_per_s, l[0].samples_per_s);
 }
 
+/* --plot draws the probes (and writes its data and script beside it). */
+static void test_plot(void) {
+    char png[160], dat[160];
+    snprintf(png, sizeof png, "%s/mb.png", tmpdir);
+    snprintf(dat, sizeof dat, "%s/mb.dat", tmpdir);
+    MAXBATCH(TINY, "--backend", "sim", "--budget", "6MiB", "--policies",
+             "keep,delta", "--steps", "3", "--max-batch", "64", "--plot",
+             png, "--quiet");
+    CHECK(res.status == 0, "status %d: %.300s", res.status, res.err);
+    char text[OUT_CAP];
+    slurp(dat, text, sizeof text);
+    CHECK(strstr(text, "# keep") && strstr(text, "# delta"),
+          "%s: %.300s", dat, text);
+    if (!have_gnuplot()) TEST_SKIP("gnuplot is not installed");
+    CHECK(is_png(png), "%s is not a PNG of some size", png);
+}
+
 static void test_infeasible_is_a_result(void) {
     char json[160];
     snprintf(json, sizeof json, "%s/mb_small.jsonl", tmpdir);
@@ -229,6 +247,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_sim_grows_with_device);
     TEST_RUN(test_cpu_grows_with_device);
     TEST_RUN(test_sim_floor);
+    TEST_RUN(test_plot);
     TEST_RUN(test_infeasible_is_a_result);
     tool_end();
     TEST_MAIN_END();

@@ -163,6 +163,23 @@ static inline cJSON *read_json_file(const char *path) {
     return doc;
 }
 
+/* A PNG file (its magic bytes) of more than 1000 bytes. */
+static inline bool is_png(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    unsigned char magic[8] = {0};
+    size_t n = fread(magic, 1, sizeof magic, f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return n == 8 && !memcmp(magic, "\x89PNG\r\n\x1a\n", 8) && size > 1000;
+}
+
+/* delta draws its plots with gnuplot when it is installed. */
+static inline bool have_gnuplot(void) {
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
 /* build/X/tests/test_T tests build/X/delta. */
 static inline void tool_beside(const char *self) {
     static char path[4096];

@@ -13,12 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "bench.h"
+#include "gnuplot.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -143,25 +142,11 @@ static bool overhead_data(const bench *b, const bench_model *bm,
     return ok;
 }
 
-static void gp_preamble(FILE *gp) {
-    fprintf(gp,
-"# delta bench's plots: gnuplot this file (paths are relative to where\n"
-"# delta bench ran).\n"
-"if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
-"    set terminal pngcairo size 960,560 font \",11\"\n"
-"} else {\n"
-"    set terminal png size 960,560\n"
-"}\n"
-"set datafile missing \"-\"\n"
-"set grid\n"
-"set key outside right top\n");
-}
-
 /* Writes the script; *n_png counts the PNGs it makes. */
 static bool write_script(const bench *b, const char *gp_path, int *n_png) {
     FILE *gp = fopen(gp_path, "w");
     if (!gp) return false;
-    gp_preamble(gp);
+    gnuplot_preamble(gp, "delta bench's plots");
     bool ok = true;
     char path[4096], trace[4096], label[256];
     const char *clock = b->base.backend == TRAIN_BACKEND_SIM
@@ -222,23 +207,6 @@ static bool write_script(const bench *b, const char *gp_path, int *n_png) {
     return fclose(gp) == 0 && ok;
 }
 
-/* Runs gnuplot on the script: 0 done, -1 not installed, else its exit
- * status. */
-static int run_gnuplot(const char *gp_path) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return 1;
-    if (pid == 0) {
-        execlp("gnuplot", "gnuplot", gp_path, (char *)NULL);
-        _exit(errno == ENOENT ? 127 : 126);
-    }
-    int ws = 0;
-    if (waitpid(pid, &ws, 0) < 0) return 1;
-    if (!WIFEXITED(ws)) return 1;
-    return WEXITSTATUS(ws) == 127 ? -1 : WEXITSTATUS(ws);
-}
-
 bool bench_write_plots(const bench *b) {
     char dir[4096], gp_path[4096];
     snprintf(dir, sizeof dir, "%s/data", b->out);
@@ -255,13 +223,7 @@ bool bench_write_plots(const bench *b) {
         return false;
     }
     if (!n_png) return true;
-    int rc = run_gnuplot(gp_path);
-    if (rc == -1)
-        fprintf(stderr, "delta bench: gnuplot is not installed (Debian: "
-                "apt-get install gnuplot-nox), so there are no PNGs; "
-                "'gnuplot %s' draws them\n", gp_path);
-    else if (rc != 0)
-        fprintf(stderr, "delta bench: gnuplot %s exited with status %d; "
-                "the tables are complete\n", gp_path, rc);
+    /* a missing gnuplot is a warning: the tables are complete */
+    gnuplot_run(gp_path, "bench");
     return true;
 }

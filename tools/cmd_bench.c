@@ -14,6 +14,7 @@
 #include "bench.h"
 #include "commands.h"
 #include "delta/delta.h"
+#include "gnuplot.h"
 #include "progress.h"
 #include "train_args.h"
 
@@ -112,11 +113,6 @@ static int handle_opt(void *ud, int val, const char *opt, const char *a) {
     }
 }
 
-/* A path gnuplot's double-quoted strings and our messages can carry. */
-static bool plain_path(const char *p) {
-    return *p && !strpbrk(p, "\"\\\n'`$");
-}
-
 static int parse(bench *b, int argc, char **argv) {
     bench_args ba = {.b = b};
     b->timeline_budget = -1;
@@ -160,7 +156,7 @@ static int parse(bench *b, int argc, char **argv) {
     }
     if (!b->out)
         return train_args_error("no output directory: use --out DIR");
-    if (!plain_path(b->out))
+    if (!gnuplot_plain_path(b->out))
         return train_args_error("--out %s: give a directory whose name "
                                 "has no quotes, backslashes, '$' or '`'",
                                 b->out);

@@ -27,14 +27,14 @@
 #include "cell.h"
 #include "commands.h"
 #include "delta/delta.h"
+#include "gnuplot.h"
 #include "json_log.h"
+#include "maxbatch.h"
 #include "parse.h"
 #include "progress.h"
 #include "train_args.h"
 #include "trainer.h"
 
-#define MAX_POLICIES 16
-#define MAX_PROBES 96
 #define DEFAULT_STEPS 12
 #define DEFAULT_MIN_THROUGHPUT 0.75
 #define DEFAULT_MAX_BATCH 65536
@@ -65,6 +65,9 @@ static void usage(FILE *f) {
 "  --steps N            steps per probe (default %d)\n"
 "  --max-batch N        largest batch tried (default %d)\n"
 "  --json FILE          one JSON object per line, one per policy\n"
+"  --plot FILE.png      samples/s of every probed batch that fit, per\n"
+"                       policy, with the floor (gnuplot; FILE.dat and\n"
+"                       FILE.gp beside it)\n"
 "  --quiet              no progress on stderr\n"
 "  (on cpu, --data defaults to synthetic: the probes measure, not learn)\n"
 "  -h, --help           this help\n"
@@ -75,50 +78,18 @@ static void usage(FILE *f) {
             DEFAULT_STEPS, DEFAULT_MAX_BATCH);
 }
 
-enum { OPT_POLICIES = TRAIN_ARGS_EXT_BASE, OPT_MIN_THROUGHPUT, OPT_MAX_BATCH };
+enum {
+    OPT_POLICIES = TRAIN_ARGS_EXT_BASE, OPT_MIN_THROUGHPUT, OPT_MAX_BATCH,
+    OPT_PLOT,
+};
 
 static const struct option own_opts[] = {
     {"policies", required_argument, NULL, OPT_POLICIES},
     {"min-throughput", required_argument, NULL, OPT_MIN_THROUGHPUT},
     {"max-batch", required_argument, NULL, OPT_MAX_BATCH},
+    {"plot", required_argument, NULL, OPT_PLOT},
     {NULL, 0, NULL, 0},
 };
-
-/* One probe: a batch and how it went. */
-typedef struct probe {
-    int64_t batch;
-    bool pass;
-    bool below_floor;           /* fit, but too slow */
-    cell_result cell;
-} probe;
-
-/* The search of one policy. */
-typedef struct search {
-    const char *policy;
-    cell_status status;         /* OK: a batch passed; INFEASIBLE: none */
-    int64_t max_batch;          /* 0: none passed */
-    const probe *best;          /* the probe at max_batch */
-    const char *limit;          /* what stopped max_batch + 1: "memory",
-                                   "throughput", "max-batch" */
-    probe probes[MAX_PROBES];
-    int n_probes;
-    double search_s;
-    char err[1024];
-} search;
-
-typedef struct maxbatch {
-    train_config cfg;           /* as parsed; batch and policy per probe */
-    const char *policies[MAX_POLICIES];
-    int n_policies;
-    char policies_buf[512];
-    double min_throughput;
-    int64_t max_batch;
-    const char *json;
-    bool quiet;
-    size_t device_bytes;
-    int64_t seq_len;            /* transformers' T (0: images) */
-    double floor;               /* samples/s a batch must reach; 0: none */
-} maxbatch;
 
 static int handle_opt(void *ud, int val, const char *opt, const char *a) {
     maxbatch *m = ud;
@@ -127,7 +98,7 @@ static int handle_opt(void *ud, int val, const char *opt, const char *a) {
     case OPT_POLICIES:
         return train_args_parse_policies(opt, a, m->policies_buf,
                                          sizeof m->policies_buf, m->policies,
-                                         MAX_POLICIES, &m->n_policies);
+                                         MAXBATCH_MAX_POLICIES, &m->n_policies);
     case OPT_MIN_THROUGHPUT:
         if (!parse_f64(opt, a, 0, 1, &m->min_throughput, err, sizeof err))
             return train_args_error("%s", err);
@@ -136,6 +107,12 @@ static int handle_opt(void *ud, int val, const char *opt, const char *a) {
         if (!parse_i64(opt, a, 1, (int64_t)1 << 30, &m->max_batch, err,
                        sizeof err))
             return train_args_error("%s", err);
+        return -1;
+    case OPT_PLOT:
+        if (!gnuplot_plain_path(a))
+            return train_args_error("--plot %s: give a file name with no "
+                                    "quotes, backslashes, '$' or '`'", a);
+        m->plot = a;
         return -1;
     default: return train_args_error("unexpected option '%s'", opt);
     }
@@ -171,7 +148,7 @@ static int parse(maxbatch *m, int argc, char **argv) {
         return train_args_error("on --backend cpu the device's memory is "
                                 "--budget SIZE (e.g. --budget 64MiB); or "
                                 "use --backend sim --gpu G");
-    rc = train_args_pick_policies(c, m->policies, MAX_POLICIES,
+    rc = train_args_pick_policies(c, m->policies, MAXBATCH_MAX_POLICIES,
                                   &m->n_policies);
     if (rc >= 0) return rc;
     /* --json is this command's (one line per policy), not the probes' */
@@ -191,7 +168,7 @@ static const probe *probe_batch(maxbatch *m, search *s, int64_t b,
                                 double floor) {
     for (int i = 0; i < s->n_probes; i++)
         if (s->probes[i].batch == b) return &s->probes[i];
-    DELTA_ASSERT(s->n_probes < MAX_PROBES);
+    DELTA_ASSERT(s->n_probes < MAXBATCH_MAX_PROBES);
     probe *p = &s->probes[s->n_probes++];
     memset(p, 0, sizeof *p);
     p->batch = b;
@@ -276,135 +253,6 @@ failed:
     s->search_s = progress_now() - t0;
 }
 
-/* ---- report ---------------------------------------------------------------- */
-
-static double ratio_to_keep(const search *s, const search *keep) {
-    if (s->status == CELL_FAILED || !keep->max_batch) return NAN;
-    return (double)s->max_batch / (double)keep->max_batch;
-}
-
-static void print_header(const maxbatch *m, const search *keep) {
-    const train_config *c = &m->cfg;
-    char dev[32];
-    delta_format_bytes((double)m->device_bytes, dev, sizeof dev);
-    printf("%s", c->model.name);
-    if (m->seq_len) printf(", T %" PRId64, m->seq_len);
-    if (c->backend == TRAIN_BACKEND_SIM)
-        printf(" on simulated %s, device %s", c->gpu ? c->gpu : "v100-16g",
-               dev);
-    else
-        printf(" on cpu, emulated device %s", dev);
-    printf("; %" PRId64 " steps per probe (step time: median of steps %"
-           PRId64 "-%" PRId64 ")\n", c->steps, c->steps / 3 + 1, c->steps);
-    if (keep->max_batch)
-        printf("keep: largest batch %" PRId64 " at %.1f samples/s; floor "
-               "%.2f x that = %.1f samples/s\n", keep->max_batch,
-               keep->best->cell.samples_per_s, m->min_throughput, m->floor);
-    else
-        printf("keep: not even batch 1 fits, so there is no ratio and no "
-               "throughput floor\n");
-}
-
-static void print_row(const search *s, const search *keep) {
-    char ratio[16], peak[32];
-    if (s->status == CELL_FAILED) {
-        printf("%-11s %9s  %s\n", s->policy, "failed", s->err);
-        return;
-    }
-    double r = ratio_to_keep(s, keep);
-    if (isnan(r)) snprintf(ratio, sizeof ratio, "-");
-    else snprintf(ratio, sizeof ratio, "%.2fx", r);
-    if (!s->max_batch) {
-        printf("%-11s %9d %7s %12s %10s %10s %6d  infeasible\n", s->policy,
-               0, ratio, "-", "-", "-", s->n_probes);
-        return;
-    }
-    const cell_result *b = &s->best->cell;
-    delta_format_bytes((double)b->peak_bytes, peak, sizeof peak);
-    printf("%-11s %9" PRId64 " %7s %12.1f %10.4g %10s %6d  %s\n", s->policy,
-           s->max_batch, ratio, b->samples_per_s, b->step_s, peak,
-           s->n_probes, s->limit);
-}
-
-static cJSON *row_json(const maxbatch *m, const search *s,
-                       const search *keep) {
-    const train_config *c = &m->cfg;
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    const cell_result *b = s->best ? &s->best->cell : NULL;
-    cJSON_AddStringToObject(o, "policy", s->policy);
-    cJSON_AddStringToObject(o, "model", c->model.name);
-    cJSON_AddStringToObject(o, "backend",
-                            c->backend == TRAIN_BACKEND_SIM ? "sim" : "cpu");
-    if (c->backend == TRAIN_BACKEND_SIM)
-        cJSON_AddStringToObject(o, "gpu", c->gpu ? c->gpu : "v100-16g");
-    else
-        cJSON_AddNullToObject(o, "gpu");
-    cJSON_AddStringToObject(o, "status", cell_status_name(s->status));
-    cJSON_AddNumberToObject(o, "max_batch", (double)s->max_batch);
-    json_add_number_or_null(o, "samples_per_s", b ? b->samples_per_s : NAN);
-    if (m->seq_len)
-        json_add_number_or_null(o, "tokens_per_s",
-                                b ? b->samples_per_s * (double)m->seq_len
-                                  : NAN);
-    json_add_number_or_null(o, "ratio_to_keep", ratio_to_keep(s, keep));
-    json_add_number_or_null(o, "step_s", b ? b->step_s : NAN);
-    json_add_number_or_null(o, "peak_bytes", b ? (double)b->peak_bytes : NAN);
-    cJSON_AddNumberToObject(o, "device_bytes", (double)m->device_bytes);
-    json_add_number_or_null(o, "baseline_peak_bytes",
-                            b ? (double)b->baseline_peak_bytes : NAN);
-    json_add_number_or_null(o, "swap_out_bytes_per_step",
-                            b ? b->swap_out_bytes : NAN);
-    json_add_number_or_null(o, "recomputed_ops_per_step",
-                            b ? b->recomputed_ops : NAN);
-    json_add_number_or_null(o, "stall_s_per_step", b ? b->stall_s : NAN);
-    if (s->limit) cJSON_AddStringToObject(o, "limited_by", s->limit);
-    else cJSON_AddNullToObject(o, "limited_by");
-    cJSON_AddNumberToObject(o, "min_throughput", m->min_throughput);
-    cJSON_AddNumberToObject(o, "floor_samples_per_s", m->floor);
-    cJSON_AddNumberToObject(o, "keep_max_batch", (double)keep->max_batch);
-    cJSON_AddNumberToObject(o, "steps", (double)c->steps);
-    if (m->seq_len) cJSON_AddNumberToObject(o, "seq_len", (double)m->seq_len);
-    cJSON_AddNumberToObject(o, "search_s", s->search_s);
-    if (s->status == CELL_FAILED) cJSON_AddStringToObject(o, "error", s->err);
-    cJSON *ps = cJSON_AddArrayToObject(o, "probes");
-    for (int i = 0; ps && i < s->n_probes; i++) {
-        const probe *p = &s->probes[i];
-        cJSON *q = cJSON_CreateObject();
-        if (!q) break;
-        cJSON_AddNumberToObject(q, "batch", (double)p->batch);
-        cJSON_AddStringToObject(q, "status", cell_status_name(p->cell.status));
-        cJSON_AddBoolToObject(q, "pass", p->pass);
-        json_add_number_or_null(q, "samples_per_s",
-                                p->cell.status == CELL_OK
-                                    ? p->cell.samples_per_s : NAN);
-        json_add_number_or_null(q, "peak_bytes",
-                                p->cell.status == CELL_OK
-                                    ? (double)p->cell.peak_bytes : NAN);
-        cJSON_AddItemToArray(ps, q);
-    }
-    return o;
-}
-
-/* Writes the lines into l (opened before the search, so a bad path is
- * refused first) and closes it. */
-static int write_json(const maxbatch *m, json_log *l, search *const *res,
-                      int n, const search *keep) {
-    char err[512];
-    bool ok = true;
-    for (int i = 0; i < n; i++) {
-        cJSON *o = row_json(m, res[i], keep);
-        ok = o && json_log_write(l, o) && ok;
-        cJSON_Delete(o);
-    }
-    ok = json_log_close(l, err, sizeof err) && ok;
-    if (!ok) {
-        fprintf(stderr, "delta maxbatch: --json %s: %s\n", m->json, err);
-        return 1;
-    }
-    return 0;
-}
-
 /* ---- the command ----------------------------------------------------------- */
 
 /* Checks the model options and sizes the device, through a dry plan of
@@ -437,7 +285,7 @@ int cmd_maxbatch(int argc, char **argv) {
     maxbatch *m = calloc(1, sizeof *m);
     /* the keep search and one per policy: searches hold their probes */
     search *keep = calloc(1, sizeof *keep);
-    search *res[MAX_POLICIES] = {0};
+    search *res[MAXBATCH_MAX_POLICIES] = {0};
     json_log *json = NULL;
     int rc = m && keep ? parse(m, argc, argv) : 1;
     if (rc < 0) rc = check_setup(m);
@@ -476,28 +324,24 @@ int cmd_maxbatch(int argc, char **argv) {
         search_policy(m, res[i], keep->max_batch ? keep->max_batch : 1,
                       m->floor);
     }
-    print_header(m, keep);
-    printf("%-11s %9s %7s %12s %10s %10s %6s  %s\n", "policy", "max batch",
-           "x keep", "samples/s", "step s", "peak", "probes",
-           "next batch up is limited by");
-    rc = 0;
-    for (int i = 0; i < m->n_policies; i++) {
-        print_row(res[i], keep);
-        if (res[i]->status == CELL_FAILED) rc = 1;
-    }
+    maxbatch_print(m, res, m->n_policies, keep);
     printf("searched in %.2f s\n", progress_now() - t0);
     fflush(stdout);
+    rc = 0;
+    for (int i = 0; i < m->n_policies; i++)
+        if (res[i]->status == CELL_FAILED) rc = 1;
     if (json) {
-        int jrc = write_json(m, json, res, m->n_policies, keep);
+        int jrc = maxbatch_write_json(m, json, res, m->n_policies, keep);
         json = NULL;
         if (jrc) rc = jrc;
     }
+    if (m->plot && !maxbatch_write_plot(m, res, m->n_policies)) rc = 1;
 done:
     if (json) {
         char err[512];
         json_log_close(json, err, sizeof err);
     }
-    for (int i = 0; i < MAX_POLICIES; i++)
+    for (int i = 0; i < MAXBATCH_MAX_POLICIES; i++)
         if (res[i] != keep) free(res[i]);
     free(keep);
     free(m);
