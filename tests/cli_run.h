@@ -1,5 +1,5 @@
 /* Helpers for the tests that run the built `delta` as a child process
- * (test_cli, test_resume, test_badinput): which tool to run (the one
+ * (test_cli, test_resume, test_badinput, test_maxbatch, test_bench): which tool to run (the one
  * beside the test binary, build/X/tests/test_y runs build/X/delta;
  * $DELTA_TOOL overrides), a temporary folder per run, running the tool
  * and capturing its exit status, stdout and stderr, expecting a failure,
@@ -35,7 +35,7 @@ typedef struct result {
     double seconds;
 } result;
 
-static result res; /* large: one shared result buffer */
+static result res __attribute__((unused)); /* large: one shared buffer */
 
 static inline double now(void) {
     struct timespec t;
@@ -52,21 +52,28 @@ static inline void slurp(const char *path, char *buf, size_t cap) {
     fclose(f);
 }
 
-/* argv of `tool [train] args...` (args NULL-terminated) into argv. */
-static inline void tool_argv(const char **argv, bool train,
-                             const char *const *args) {
+/* argv of `tool [cmd] args...` (args NULL-terminated) into argv. */
+static inline void tool_argv_cmd(const char **argv, const char *cmd,
+                                 const char *const *args) {
     int n = 0;
     argv[n++] = tool;
-    if (train) argv[n++] = "train";
+    if (cmd) argv[n++] = cmd;
     for (int i = 0; args[i] && n < MAX_ARGS + 1; i++) argv[n++] = args[i];
     argv[n] = NULL;
 }
 
-/* Runs `tool train args...` (NULL-terminated); with train false, runs
- * `tool args...`. */
-static inline void run_tool(result *r, bool train, const char *const *args) {
+/* argv of `tool [train] args...`. */
+static inline void tool_argv(const char **argv, bool train,
+                             const char *const *args) {
+    tool_argv_cmd(argv, train ? "train" : NULL, args);
+}
+
+/* Runs `tool cmd args...` (args NULL-terminated; cmd NULL: `tool
+ * args...`). */
+static inline void run_cmd(result *r, const char *cmd,
+                           const char *const *args) {
     const char *argv[MAX_ARGS + 3];
-    tool_argv(argv, train, args);
+    tool_argv_cmd(argv, cmd, args);
     char out_path[128], err_path[128];
     snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
     snprintf(err_path, sizeof err_path, "%s/stderr", tmpdir);
@@ -95,6 +102,30 @@ static inline void run_tool(result *r, bool train, const char *const *args) {
     slurp(out_path, r->out, sizeof r->out);
     slurp(err_path, r->err, sizeof r->err);
 }
+
+/* Runs `tool train args...` (NULL-terminated); with train false, runs
+ * `tool args...`. */
+static inline void run_tool(result *r, bool train, const char *const *args) {
+    run_cmd(r, train ? "train" : NULL, args);
+}
+
+/* Runs `tool cmd args...` expecting exit status 2 (bad usage or input)
+ * and a stderr containing needle. */
+static inline void expect_usage_error(result *r, const char *cmd,
+                                      const char *needle,
+                                      const char *const *args) {
+    run_cmd(r, cmd, args);
+    CHECK(r->status == 2, "delta %s: status %d, expected 2 (looking for "
+          "'%s'); stderr: %.300s", cmd, r->status, needle, r->err);
+    CHECK(strstr(r->err, needle) != NULL, "delta %s: stderr lacks '%s': "
+          "%.300s", cmd, needle, r->err);
+}
+
+#define USAGE_FAILS(r, cmd, needle, ...)                                   \
+    do {                                                                   \
+        const char *a_[] = {__VA_ARGS__, NULL};                            \
+        expect_usage_error(r, cmd, needle, a_);                            \
+    } while (0)
 
 #define TRAIN(...)                                                         \
     do {                                                                   \
@@ -153,6 +184,46 @@ static inline int read_json_lines(const char *path, cJSON **objs, int cap) {
 static inline double num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static inline const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* A whole file parsed as one JSON document, or NULL. */
+static inline cJSON *read_json_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) buf = malloc((size_t)n + 1);
+    cJSON *doc = NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        doc = cJSON_Parse(buf);
+    }
+    free(buf);
+    fclose(f);
+    return doc;
+}
+
+/* A PNG file (its magic bytes) of more than 1000 bytes. */
+static inline bool is_png(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    unsigned char magic[8] = {0};
+    size_t n = fread(magic, 1, sizeof magic, f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return n == 8 && !memcmp(magic, "\x89PNG\r\n\x1a\n", 8) && size > 1000;
+}
+
+/* delta draws its plots with gnuplot when it is installed. */
+static inline bool have_gnuplot(void) {
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
 
 /* Tensors of a that are not num_batches_tracked (or skip) must be in b

@@ -248,29 +248,6 @@ static bool file_holds(const char *path, const char *text) {
     return !strcmp(buf, text);
 }
 
-/* A whole file parsed as one JSON document, or NULL. */
-static cJSON *read_json_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) buf = malloc((size_t)n + 1);
-    cJSON *doc = NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-        doc = cJSON_Parse(buf);
-    }
-    free(buf);
-    fclose(f);
-    return doc;
-}
-
-static const char *str(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
 /* What a Chrome trace holds, counted. */
 typedef struct trace_counts {
     int op_spans;        /* ph X on the compute track (tid 0), cat "op" */

@@ -7,5 +7,7 @@
 
 int cmd_train(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_maxbatch(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -43,7 +43,9 @@ void delta_trace_span(delta_trace *t, delta_trace_track track,
  * budget (drawn as a second series so the limit is visible). */
 void delta_trace_memory(delta_trace *t, double time, size_t in_use,
                         size_t budget);
-/* A marker (e.g. a drop, a step boundary) at time t on a track. */
+/* A marker (e.g. a drop, a step boundary) at time t on a track. The
+ * session marks the start of every training step with name and cat
+ * "step" on the compute track. */
 void delta_trace_instant(delta_trace *t, delta_trace_track track,
                          const char *name, const char *cat, double time);
 

@@ -313,7 +313,7 @@ void managed_free(managed *m) {
     free(m->gaps);
     free(m->gap_off);
     free(m->dest);
-    free(m->moved);
+    free(m->order);
     free(m->op_s);
     free(m->op_measured);
     free(m);
@@ -394,12 +394,12 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->gaps = calloc(2 * n1 + 2, sizeof(size_t));
     m->gap_off = calloc(2 * n1 + 2, sizeof(size_t));
     m->dest = calloc(n1, sizeof(size_t));
-    m->moved = calloc(n1, sizeof(bool));
+    m->order = calloc(n1, sizeof(mg_slot));
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
         !m->host || !m->ev || !m->free_after || !m->inflight || !m->temps || !m->is_temp || !m->scratch ||
-        !m->gaps || !m->gap_off || !m->dest || !m->moved ||
+        !m->gaps || !m->gap_off || !m->dest || !m->order ||
         !m->op_s || !m->op_measured)
         goto nomem;
     for (int i = 0; i < nt; i++) {

@@ -49,7 +49,8 @@ struct managed {
     mg_slot *scratch;          /* live blocks by offset (making a gap) */
     size_t *gaps, *gap_off;    /* free ranges (making a gap) */
     size_t *dest;              /* per scratch slot: where it moves */
-    bool *moved;               /* per scratch slot (making a gap) */
+    mg_slot *order;            /* (bytes, scratch slot) of the blocks to
+                                  move, largest first (making a gap) */
     size_t in_use;             /* device bytes held */
     double *op_s;              /* per op: last measured seconds */
     bool *op_measured;

@@ -259,6 +259,15 @@ static void compact_all(managed *m, int n) {
     }
 }
 
+/* (bytes, slot) pairs: larger first, then the lower slot (a sort that
+ * gives the order of picking the first largest again and again, in
+ * O(m log m) rather than O(m^2) for a window of m blocks). */
+static int cmp_larger_first(const void *a, const void *b) {
+    const mg_slot *x = a, *y = b;
+    if (x->off != y->off) return x->off < y->off ? 1 : -1;
+    return (x->r > y->r) - (x->r < y->r);
+}
+
 /* Would blocks [k, j) of the sorted list fit, largest first and best fit,
  * in the gaps outside [lo, hi)? On yes, m->dest[i] holds where block i
  * goes (the low end of its gap). Uses m->gaps and m->gap_off as scratch. */
@@ -287,28 +296,32 @@ static bool moves_fit(managed *m, int n, int k, int j, size_t lo, size_t hi,
         }
         if (i < n) prev = slot_end(m, &m->scratch[i]);
     }
-    /* blocks largest first: selection over the few moved blocks */
-    for (int done = 0; done < j - k; done++) {
-        int big = -1;
-        for (int i = k; i < j; i++)
-            if (!m->moved[i] && (big < 0 || m->rv[m->scratch[i].r].bytes >
-                                                m->rv[m->scratch[big].r].bytes))
-                big = i;
-        size_t sz = m->rv[m->scratch[big].r].bytes;
+    /* blocks largest first (the lower slot first among equals), each
+     * into the smallest gap that holds it */
+    int cnt = j - k;
+    size_t largest_gap = 0, largest_block = 0;
+    for (int g = 0; g < ng; g++)
+        if (m->gaps[g] > largest_gap) largest_gap = m->gaps[g];
+    for (int i = k; i < j; i++) {
+        size_t sz = m->rv[m->scratch[i].r].bytes;
+        m->order[i - k] = (mg_slot){sz, i};
+        if (sz > largest_block) largest_block = sz;
+    }
+    /* the largest goes first: when no gap holds it, nothing is tried */
+    if (largest_block > largest_gap) return false;
+    qsort(m->order, (size_t)cnt, sizeof *m->order, cmp_larger_first);
+    for (int q = 0; q < cnt; q++) {
+        int big = m->order[q].r;
+        size_t sz = m->order[q].off;
         int best = -1;
         for (int g = 0; g < ng; g++)
             if (m->gaps[g] >= sz && (best < 0 || m->gaps[g] < m->gaps[best]))
                 best = g;
-        for (int i = k; i < j; i++) m->moved[i] = m->moved[i] || i == big;
-        if (best < 0) {
-            for (int i = k; i < j; i++) m->moved[i] = false;
-            return false;
-        }
+        if (best < 0) return false;
         m->dest[big] = m->gap_off[best];
         m->gap_off[best] += sz;
         m->gaps[best] -= sz;
     }
-    for (int i = k; i < j; i++) m->moved[i] = false;
     return true;
 }
 

@@ -349,6 +349,11 @@ static void release(delta_session *s, int k) {
 delta_status delta_session_run(delta_session *s, delta_run_mode mode,
                                delta_step_stats *stats) {
     delta_ctx *c = s->ctx;
+    /* where each training step begins, so a reader of the trace (delta
+     * bench's memory timeline) can cut one step out */
+    if (s->trace && mode == DELTA_RUN_STEP)
+        delta_trace_instant(s->trace, DELTA_TRACK_COMPUTE, "step", "step",
+                            delta_backend_clock(s->b));
     if (s->mg) {
         delta_step_stats st;
         delta_status rc = managed_run(s->mg, mode, s->step, &st, s->err,

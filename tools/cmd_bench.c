@@ -1,0 +1,336 @@
+/* `delta bench`: options, then the grid (see bench.h). Per model: keep
+ * with an unlimited budget (the reference every overhead divides by),
+ * every policy at every budget, then one traced run per policy at the
+ * timeline budget for the memory plot. A cell that is infeasible or fails
+ * is recorded and the grid goes on; progress goes to stderr. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench.h"
+#include "commands.h"
+#include "delta/delta.h"
+#include "gnuplot.h"
+#include "progress.h"
+#include "train_args.h"
+
+#define DEFAULT_STEPS 12
+#define DEFAULT_BUDGETS "90%,70%,50%,40%,30%"
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: delta bench --models LIST --out DIR [options]\n"
+"\n"
+"Runs every model x policy x budget on one backend and writes, into DIR:\n"
+"  results.csv    one row per cell: model, policy, budget, status (ok,\n"
+"                 infeasible, failed), median step, overhead against keep\n"
+"                 with an unlimited budget, peak, bytes swapped, ops\n"
+"                 recomputed and seconds stalled per step, ...\n"
+"  results.md     per model, the overhead table (policies x budgets)\n"
+"  overhead_MODEL.png  overhead against budget, one line per policy\n"
+"  memory_MODEL.png    device memory through one step, one line per policy\n"
+"                 at the timeline budget, and keep unlimited\n"
+"  plots.gp, data/     the plots' gnuplot script and data (the PNGs need\n"
+"                 gnuplot: Debian's gnuplot-nox)\n"
+"  traces/        the timeline runs' Chrome traces\n"
+"\n"
+"options (besides train's model and optimizer options, e.g. --batch,\n"
+"--seq-len, --image-size, --optimizer, applied to every model):\n"
+"  --models LIST        comma-separated, e.g. resnet50,gpt2-small (or\n"
+"                       --model NAME)\n"
+"  --policies LIST      default: every policy (or --policy P)\n"
+"  --budgets LIST       percentages of each model's unconstrained peak or\n"
+"                       sizes, e.g. 90%%,50%%,1GiB (default %s)\n"
+"                       or --budget B; 'unlimited' is allowed\n"
+"  --backend cpu|sim --gpu G   as train (default cpu)\n"
+"  --steps N            steps per cell (default %d); the step time is the\n"
+"                       median over the steps after the first third\n"
+"  --timeline-budget B  the budget of the memory plot: one of --budgets,\n"
+"                       or none (default: the middle one of the list)\n"
+"  --out DIR            where the results go (created)\n"
+"  --quiet              no progress on stderr\n"
+"  (on cpu, --data defaults to synthetic: the cells measure, not learn)\n"
+"  -h, --help           this help\n"
+"\n"
+"exit status: 0 the grid ran (whatever its cells did), 2 bad usage or\n"
+"input, 1 the results could not be written\n", DEFAULT_BUDGETS,
+            DEFAULT_STEPS);
+}
+
+enum {
+    OPT_MODELS = TRAIN_ARGS_EXT_BASE, OPT_POLICIES, OPT_BUDGETS, OPT_OUT,
+    OPT_TIMELINE_BUDGET,
+};
+
+static const struct option own_opts[] = {
+    {"models", required_argument, NULL, OPT_MODELS},
+    {"policies", required_argument, NULL, OPT_POLICIES},
+    {"budgets", required_argument, NULL, OPT_BUDGETS},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"timeline-budget", required_argument, NULL, OPT_TIMELINE_BUDGET},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct bench_args {
+    bench *b;
+    const char *timeline;       /* --timeline-budget as given */
+} bench_args;
+
+static int parse_budgets(bench *b, const char *opt, const char *a) {
+    char err[512];
+    if (!parse_list(opt, a, b->lists[2], sizeof b->lists[2], b->budget_label,
+                    BENCH_MAX_BUDGETS, &b->n_budgets, err, sizeof err))
+        return train_args_error("%s", err);
+    for (int i = 0; i < b->n_budgets; i++)
+        if (!parse_budget(opt, b->budget_label[i], &b->budgets[i], err,
+                          sizeof err))
+            return train_args_error("%s", err);
+    return -1;
+}
+
+static int handle_opt(void *ud, int val, const char *opt, const char *a) {
+    bench_args *ba = ud;
+    bench *b = ba->b;
+    char err[512];
+    switch (val) {
+    case OPT_MODELS:
+        if (!parse_list(opt, a, b->lists[0], sizeof b->lists[0], b->models,
+                        BENCH_MAX_MODELS, &b->n_models, err, sizeof err))
+            return train_args_error("%s", err);
+        return -1;
+    case OPT_POLICIES:
+        return train_args_parse_policies(opt, a, b->lists[1],
+                                         sizeof b->lists[1], b->policies,
+                                         BENCH_MAX_POLICIES, &b->n_policies);
+    case OPT_BUDGETS: return parse_budgets(b, opt, a);
+    case OPT_OUT: b->out = a; return -1;
+    case OPT_TIMELINE_BUDGET: ba->timeline = a; return -1;
+    default: return train_args_error("unexpected option '%s'", opt);
+    }
+}
+
+static int parse(bench *b, int argc, char **argv) {
+    bench_args ba = {.b = b};
+    b->timeline_budget = -1;
+    train_args_ext ext = {
+        .cmd = "bench", .usage = usage, .opts = own_opts,
+        .handle = handle_opt, .ud = &ba, .model_optional = true,
+        .steps = DEFAULT_STEPS,
+    };
+    train_config *c = &b->base;
+    int rc = train_args_parse(argc, argv, c, &ext);
+    if (rc >= 0) return rc;
+    if (c->model.name && b->n_models)
+        return train_args_error("--model and --models both choose models; "
+                                "give one of them");
+    if (c->model.name) b->models[b->n_models++] = c->model.name;
+    if (!b->n_models)
+        return train_args_error("no model given: use --models LIST (e.g. "
+                                "--models gpt2-tiny,resnet18)");
+    rc = train_args_pick_policies(c, b->policies, BENCH_MAX_POLICIES,
+                                  &b->n_policies);
+    if (rc >= 0) return rc;
+    if (c->budget.kind != BUDGET_UNLIMITED && b->n_budgets)
+        return train_args_error("--budget and --budgets both set budgets; "
+                                "give one of them");
+    if (c->budget.kind != BUDGET_UNLIMITED) {
+        /* one budget, as train takes it */
+        if (c->budget.kind == BUDGET_PERCENT)
+            snprintf(b->lists[2], sizeof b->lists[2], "%g%%",
+                     c->budget.percent);
+        else
+            delta_format_bytes((double)c->budget.bytes, b->lists[2],
+                               sizeof b->lists[2]);
+        b->budget_label[0] = b->lists[2];
+        b->budgets[0] = c->budget;
+        b->n_budgets = 1;
+        c->budget.kind = BUDGET_UNLIMITED;
+    }
+    if (!b->n_budgets) {
+        rc = parse_budgets(b, "--budgets", DEFAULT_BUDGETS);
+        if (rc >= 0) return rc;
+    }
+    if (!b->out)
+        return train_args_error("no output directory: use --out DIR");
+    if (!gnuplot_plain_path(b->out))
+        return train_args_error("--out %s: give a directory whose name "
+                                "has no quotes, backslashes, '$' or '`'",
+                                b->out);
+    if (c->save || c->load || c->trace || c->json || c->seq_len_max)
+        return train_args_error("%s does not apply to bench (it writes its "
+                                "results into --out)",
+                                c->save ? "--save" : c->load ? "--load"
+                                : c->trace ? "--trace" : c->json ? "--json"
+                                : "--seq-len-range");
+    if (c->steps < 1)
+        return train_args_error("--steps: a cell needs at least 1 step");
+    for (int i = 0; i < b->n_models; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(b->models[i], b->models[j]))
+                return train_args_error("--models names %s twice",
+                                        b->models[i]);
+    if (!ba.timeline) {
+        b->timeline_budget = b->n_budgets / 2;
+    } else if (strcmp(ba.timeline, "none")) {
+        for (int i = 0; i < b->n_budgets; i++)
+            if (!strcmp(ba.timeline, b->budget_label[i]))
+                b->timeline_budget = i;
+        if (b->timeline_budget < 0)
+            return train_args_error("--timeline-budget %s is not one of "
+                                    "--budgets; give one of them or none",
+                                    ba.timeline);
+    }
+    b->quiet = c->quiet;
+    c->quiet = true;
+    c->eval_batches = 0;
+    /* the cells measure; real data would only slow the cpu down */
+    if (!c->data && c->backend == TRAIN_BACKEND_CPU) c->data = "synthetic";
+    return -1;
+}
+
+/* Each model's config, checked by a dry plan before anything runs. */
+static int setup_models(bench *b) {
+    b->m = calloc((size_t)b->n_models, sizeof *b->m);
+    if (!b->m) return 1;
+    for (int i = 0; i < b->n_models; i++) {
+        bench_model *bm = &b->m[i];
+        bm->cfg = b->base;
+        bm->cfg.model.name = b->models[i];
+        /* --hidden is mlp's hidden width (as train reads it) */
+        if (!strcmp(b->models[i], "mlp") && bm->cfg.model.hidden) {
+            bm->cfg.model.mlp_hidden = bm->cfg.model.hidden;
+            bm->cfg.model.hidden = 0;
+        }
+        train_config c = bm->cfg;
+        c.plan_only = true;
+        trainer t;
+        delta_status st = trainer_setup(&t, &c);
+        if (st == DELTA_OK) {
+            bm->name = t.cfg.model.name;
+            bm->cfg.model.name = bm->name;
+            bm->cfg.model.batch = t.cfg.model.batch;
+            bm->cfg.gpu = t.cfg.gpu;
+            bm->batch = t.model.cfg.batch;
+            bm->seq_len = t.image ? 0 : t.model.cfg.seq_len;
+            bm->image_size = t.image ? t.model.cfg.image_size : 0;
+            bm->optimizer = t.optimizer_name;
+        } else {
+            fprintf(stderr, "delta bench: %s: %s\n", b->models[i], t.err);
+        }
+        trainer_free(&t);
+        if (st != DELTA_OK) return trainer_exit_code(st);
+    }
+    return -1;
+}
+
+static int make_dir(const char *path) {
+    if (mkdir(path, 0777) == 0 || errno == EEXIST) return 0;
+    fprintf(stderr, "delta bench: cannot create %s: %s\n", path,
+            strerror(errno));
+    return 1;
+}
+
+/* ---- the grid -------------------------------------------------------------- */
+
+typedef struct grid_progress {
+    int done, total;
+    double t0;
+    bool quiet;
+} grid_progress;
+
+static void report_cell(grid_progress *g, const bench_model *bm,
+                        const char *what, const cell_result *r) {
+    g->done++;
+    if (g->quiet) return;
+    double ov = bench_overhead(bm, r);
+    fprintf(stderr, "[%d/%d] %s %s: %s", g->done, g->total, bm->name, what,
+            cell_status_name(r->status));
+    if (r->status == CELL_OK) {
+        fprintf(stderr, ", step %.4g s", r->step_s);
+        if (!isnan(ov)) fprintf(stderr, ", %.2fx", ov);
+    }
+    fprintf(stderr, " (%.1f s; %.0f s in all)\n", r->wall_s,
+            progress_now() - g->t0);
+    if (r->status == CELL_FAILED)
+        fprintf(stderr, "    %s\n", r->err);
+    fflush(stderr);
+}
+
+static void run_cell(const bench_model *bm, const char *policy,
+                     budget_spec budget, const char *trace,
+                     cell_result *r) {
+    train_config c = bm->cfg;
+    c.policy = policy;
+    c.budget = budget;
+    c.trace = trace;
+    cell_run(&c, r);
+}
+
+static void run_grid(bench *b) {
+    grid_progress g = {.t0 = progress_now(), .quiet = b->quiet};
+    int timeline = b->timeline_budget >= 0 ? b->n_policies + 1 : 0;
+    g.total = b->n_models * (1 + b->n_policies * b->n_budgets + timeline);
+    const budget_spec unlimited = {.kind = BUDGET_UNLIMITED};
+    char what[128], path[4096];
+    for (int i = 0; i < b->n_models; i++) {
+        bench_model *bm = &b->m[i];
+        run_cell(bm, "keep", unlimited, NULL, &bm->ref);
+        report_cell(&g, bm, "keep unlimited (the reference)", &bm->ref);
+        for (int k = 0; k < b->n_budgets; k++)
+            for (int p = 0; p < b->n_policies; p++) {
+                cell_result *r = &bm->cells[p][k];
+                run_cell(bm, b->policies[p], b->budgets[k], NULL, r);
+                snprintf(what, sizeof what, "%s %s", b->policies[p],
+                         b->budget_label[k]);
+                report_cell(&g, bm, what, r);
+            }
+        if (!timeline) continue;
+        /* the traced runs: only where the measured cell ran */
+        int k = b->timeline_budget;
+        for (int p = 0; p <= b->n_policies; p++) {
+            bool ref = p == b->n_policies;
+            const cell_result *measured = ref ? &bm->ref : &bm->cells[p][k];
+            if (measured->status != CELL_OK) {
+                g.done++;
+                continue;
+            }
+            cell_result r;
+            bench_trace_path(b, i, p, path, sizeof path);
+            run_cell(bm, ref ? "keep" : b->policies[p],
+                     ref ? unlimited : b->budgets[k], path, &r);
+            bm->timeline_ok[p] = r.status == CELL_OK;
+            if (!ref && r.status == CELL_OK)
+                bm->timeline_budget_bytes = r.budget_bytes;
+            snprintf(what, sizeof what, "%s %s (traced, for the timeline)",
+                     ref ? "keep" : b->policies[p],
+                     ref ? "unlimited" : b->budget_label[k]);
+            report_cell(&g, bm, what, &r);
+        }
+    }
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench *b = calloc(1, sizeof *b);
+    if (!b) return 1;
+    int rc = parse(b, argc, argv);
+    if (rc < 0) rc = setup_models(b);
+    if (rc < 0) {
+        char traces[4096];
+        snprintf(traces, sizeof traces, "%s/traces", b->out);
+        rc = make_dir(b->out) || make_dir(traces) ? 1 : -1;
+    }
+    if (rc < 0) {
+        run_grid(b);
+        rc = bench_write_tables(b) && bench_write_plots(b) ? 0 : 1;
+        if (rc == 0 && !b->quiet)
+            fprintf(stderr, "delta bench: results in %s/results.md, "
+                    "results.csv and the PNGs beside them\n", b->out);
+    }
+    free(b->m);
+    free(b);
+    return rc;
+}
