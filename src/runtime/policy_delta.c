@@ -28,27 +28,38 @@
  *     chosen counting; a swap-in that finds no slot is on the critical path
  *     (its whole transfer is the cost). A recomputation (activations only)
  *     costs its producer chain back to tensors resident at that moment,
- *     dropped or freed ancestors included, and adds the chain's
- *     temporaries to the load at that op. Per candidate the option with the
- *     higher value per second wins;
+ *     dropped or freed ancestors included (a swapped-out one at its
+ *     transfer), and adds the chain's temporaries to the load at that op.
+ *     Swaps and recomputations are priced together: the tensors a chosen
+ *     recomputation reads are recorded, and a later release of one of them
+ *     is priced only up to that read (the recomputation brings it back
+ *     there, and it stays); one released before the recomputation was
+ *     chosen is brought back for it (its chain pays) and released again
+ *     right after. Per candidate the option with the higher value per
+ *     second wins;
  *   - filter: the covering 0/1 knapsack of knapsack.h picks the releases,
  *     greedily by bytes relieved at over-target ops per second of cost,
- *     re-pricing each pick against the choices so far.
+ *     re-pricing each pick against the choices so far. The full plan is
+ *     solved twice, with that free choice and recomputing every release it
+ *     can, and the cheaper prediction is kept (plan_build says why).
  * Later steps follow the plan: swap-outs and drops in after_op of the last
  * access before the gap, swap-ins issued in before_op of their planned op
  * (retried each op until the deadline when no gap fits), recomputation on
  * demand at the next use (compute is serial, so just in time is on time).
  *
  * Modes. A step runs online, on the full plan, or on the plan's hidden
- * swaps with the rest left to the online filter; each planned mode is
- * measured on a steady step and the fastest is kept.
+ * swaps with the rest left to the online filter. After the profile the
+ * full plan is priced against the online step measured: when it predicts
+ * a slower step, no planned mode is tried; else the hidden swaps, then
+ * the full plan, each until a steady step (one whose previous step ran
+ * the same plan) has measured it, and the fastest is kept.
  *
  * Re-planning. Op times keep being measured; delta plans again when the
  * measured step drifts more than 20% from the one planned for, and when a
- * planned step needed online releases or its layout did not fit in
- * addresses (the target is tightened first; a tightening that made the
- * mode slower is undone). Late swap-ins are started earlier at the next
- * plan. A new shape is a new program and session; the plan cache keeps
+ * steady planned step needed online releases costing more than 2% of the
+ * step over its prediction or its layout did not fit in addresses (the
+ * target is tightened first; a tightening that made the mode slower is
+ * undone). A new shape is a new program and session; the plan cache keeps
  * delta's measurements per program, so a shape seen before skips the
  * profile.
  *
