@@ -898,9 +898,11 @@ static void delta_begin(void *pp, managed *m, int64_t step, bool fwd_only) {
             plan_build(p, m, MODE_PLAN_FULL);
         p->priced_out = p->planned &&
                         p->T + p->plan_cost > p->mode_s[MODE_ONLINE];
+        /* a mode priced out is never chosen (until the times drift): its
+         * prediction against noisy online steps would pick it now and then
+         * for a trial it lost already on paper */
         if (p->priced_out)
-            p->mode_s[MODE_PLAN_FULL] = p->mode_s[MODE_PLAN_FREE] =
-                p->T + p->plan_cost;
+            p->mode_s[MODE_PLAN_FULL] = p->mode_s[MODE_PLAN_FREE] = HUGE_VAL;
         p->priced = true;
     }
     p->cur_mode = next_mode(p);
