@@ -22,6 +22,9 @@ endif
 CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -Iinclude -Isrc
 ifdef DEBUG
 OPT := -O0 -g
+else ifdef SANITIZE
+# -O1 keeps sanitizer reports readable and the instrumented build quick.
+OPT := -O1 -g
 else
 OPT := -O2 -g
 endif
@@ -119,6 +122,13 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libdelta.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libdelta.a $(LDLIBS)
 
+# Tests of the tool's own code link its objects (all but main's).
+TOOL_LIB_OBJ := $(filter-out $(BUILD)/obj/tools/delta.o,$(TOOL_OBJ))
+$(BUILD)/obj/tests/test_train_args.o: CFLAGS += -Itools
+$(BUILD)/tests/test_train_args: $(BUILD)/obj/tests/test_train_args.o $(TOOL_LIB_OBJ) $(BUILD)/libdelta.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdelta.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libdelta.a $(LDLIBS)
@@ -171,5 +181,7 @@ bench-policies:
 
 clean:
 	rm -rf build
+
+include fuzz/fuzz.mk
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

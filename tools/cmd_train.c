@@ -204,8 +204,7 @@ static int usage_error(const char *fmt, ...) {
     return 2;
 }
 
-/* Parses argv into *c. Returns -1 to go on, else the exit status. */
-static int parse_args(int argc, char **argv, train_config *c) {
+int train_parse_args(int argc, char **argv, train_config *c) {
     char err[512], optbuf[64];
     int64_t hidden = 0;
     bool backend_set = false, gpu_set = false;
@@ -214,9 +213,12 @@ static int parse_args(int argc, char **argv, train_config *c) {
     c->eval_batches = -1;
     c->steps = 100;
     opterr = 0;
-    optind = 1;
+    /* 0, not 1: glibc then forgets the rest of a cluster of short options
+     * from an earlier call ("-hx" stops at h and keeps a pointer to x into
+     * that call's argv). */
+    optind = 0;
     for (;;) {
-        int prev = optind;
+        int prev = optind > 0 ? optind : 1;
         int o = getopt_long(argc, argv, "+:h", long_opts, NULL);
         if (o == -1) break;
         snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
@@ -402,7 +404,7 @@ static int parse_args(int argc, char **argv, train_config *c) {
  * from shapes alone and prints its memory figures. */
 int cmd_plan(int argc, char **argv) {
     train_config c;
-    int rc = parse_args(argc, argv, &c);
+    int rc = train_parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
     c.plan_only = true;
     trainer t;
@@ -415,7 +417,7 @@ int cmd_plan(int argc, char **argv) {
 
 int cmd_train(int argc, char **argv) {
     train_config c;
-    int rc = parse_args(argc, argv, &c);
+    int rc = train_parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
     trainer t;
     delta_status st = trainer_setup(&t, &c);
