@@ -157,9 +157,13 @@ else
 TEST_RUN_BIN := $(TEST_BIN)
 TEST_ENV := UBSAN_OPTIONS=print_stacktrace=1
 endif
+# tests/test_install.sh installs this build (make install with the same
+# variables) and builds examples/ against it.
+TEST_MAKE_VARS := $(foreach v,SANITIZE NO_BLAS NO_OMP DEBUG CC BUILD,$(if $(filter command line,$(origin $(v))),$(v)=$($(v))))
 test: deps-check
 	@$(MAKE) --no-print-directory $(TEST_RUN_BIN) tool
-	@$(TEST_ENV) tests/run.sh $(TEST_RUN_BIN)
+	@DELTA_MAKE_VARS='$(TEST_MAKE_VARS)' $(TEST_ENV) tests/run.sh $(TEST_RUN_BIN) \
+	  $(if $(filter thread,$(SANITIZE)),,tests/test_install.sh)
 
 test-tsan:
 	@$(MAKE) --no-print-directory test SANITIZE=thread
