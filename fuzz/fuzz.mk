@@ -7,7 +7,7 @@
 #   make fuzz-run FUZZ_SECONDS=60   runs each that long; what they find
 #                                   goes to build/fuzz/NAME (new inputs)
 #                                   and build/fuzz/crash-NAME-* (crashes)
-FUZZ_CC ?= $(firstword $(shell command -v clang clang-14 2>/dev/null) clang)
+FUZZ_CC ?= $(firstword $(shell command -v clang-14 clang 2>/dev/null) clang-14)
 FUZZ_SECONDS ?= 60
 FUZZ_SAN := fuzzer-no-link,address,undefined
 FUZZ_BUILD := build/san-$(subst $(comma),-,$(FUZZ_SAN))
@@ -16,6 +16,7 @@ FUZZ_BIN := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz/fuzz_%)
 
 .PHONY: fuzz fuzz-run
 fuzz:
+	@scripts/deps.sh fuzz
 	@$(MAKE) --no-print-directory CC=$(FUZZ_CC) SANITIZE=$(FUZZ_SAN) NO_OMP=1 \
 	  $(FUZZ_BIN)
 
