@@ -406,7 +406,7 @@ static void test_cpu_destroy_drains(void) {
 }
 
 /* The throttle's accuracy: median of several copies against
- * latency + bytes / bandwidth (a lower bound; see the check). */
+ * latency + bytes / bandwidth. */
 static void throttle_case(double gbps, size_t bytes, int reps) {
     delta_backend *b = cpu_new(gbps, -1);
     void *dev = NULL;
@@ -424,10 +424,14 @@ static void throttle_case(double gbps, size_t bytes, int reps) {
     printf("  throttle: %.0f MiB at %.2f GB/s: median %.4f s, expected "
            "%.4f s (%+.1f%%), %.3f GB/s\n", bytes / 1048576.0, gbps, m,
            expect, (m / expect - 1) * 100, got_gbps);
-    /* The throttle must never beat the link; how much slower a copy runs
-     * depends on the machine's load (and a sanitizer's memcpy), so that
-     * side is only reported. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    /* Under a sanitizer the paced memcpy itself is slow and shares the
+     * cores with the instrumented rest, so only the side the throttle
+     * decides is checked: a copy never beats the link. */
     CHECK(m / expect > 0.90, "median %.4f s vs %.4f s", m, expect);
+#else
+    CHECK(fabs(m / expect - 1) < 0.10, "median %.4f s vs %.4f s", m, expect);
+#endif
     delta_backend_host_free(b, h);
     delta_backend_free(b);
 }
