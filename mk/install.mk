@@ -61,7 +61,7 @@ install: lib tool $(BUILD)/delta.pc
 
 uninstall:
 	rm -f $(HEADERS:include/delta/%=$(DESTDIR)$(INCLUDEDIR)/delta/%)
-	-rmdir $(DESTDIR)$(INCLUDEDIR)/delta 2>/dev/null
+	rmdir $(DESTDIR)$(INCLUDEDIR)/delta 2>/dev/null || true
 	rm -f $(DESTDIR)$(LIBDIR)/libdelta.a $(DESTDIR)$(LIBDIR)/libdelta.so \
 	  $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	  $(DESTDIR)$(LIBDIR)/libdelta.so.$(DELTA_VERSION) \
