@@ -40,6 +40,10 @@ mk() {
     env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$root" -s \
         --no-print-directory ${DELTA_MAKE_VARS:-} "$@"
 }
+# The compiler of the build under test (a sanitized library wants its
+# own compiler's runtime).
+cc=cc
+for v in ${DELTA_MAKE_VARS:-}; do case $v in CC=*) cc=${v#CC=} ;; esac; done
 version=$(sed -n 's/.*define DELTA_VERSION_STRING "\(.*\)".*/\1/p' \
     "$root/include/delta/common.h")
 major=${version%%.*}
@@ -77,7 +81,7 @@ check "make install PREFIX" mk install PREFIX="$prefix"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 check "pkg-config --modversion" test "$(pkg-config --modversion delta)" = "$version"
 mkdir -p "$tmp/ex"
-check "examples build" make -C "$root/examples" -s O="$tmp/ex"
+check "examples build" make -C "$root/examples" -s O="$tmp/ex" CC="$cc"
 finish example_builds
 
 # run_example FORM: runs the example and checks its summary line
@@ -125,9 +129,9 @@ for src in "$tmp/api"/snippet*.c; do
     n=$((n + 1))
     bin=${src%.c}
     # shellcheck disable=SC2046
-    if check "$(basename "$src") compiles" cc -std=c11 -Wall -Wextra -Werror \
+    check "$(basename "$src") compiles" "$cc" -std=c11 -Wall -Wextra -Werror \
         $(pkg-config --cflags delta) -o "$bin" "$src" \
-        $(pkg-config --libs delta) -Wl,-rpath,"$prefix/lib"; then :; fi
+        $(pkg-config --libs delta) -Wl,-rpath,"$prefix/lib"
     [ -x "$bin" ] && check "$(basename "$src") runs" bash -c "cd '$tmp/api' && '$bin'"
 done
 check "docs/API.md has examples ($n)" test "$n" -ge 5
