@@ -14,6 +14,11 @@ BUILD ?= build
 ifdef SANITIZE
 BUILD := build/san-$(subst $(comma),-,$(SANITIZE))
 endif
+# OpenMP's runtime is not instrumented for ThreadSanitizer, so a TSan build
+# leaves it out (its races would be false reports).
+ifeq ($(SANITIZE),thread)
+NO_OMP := 1
+endif
 
 Q := @
 ifdef V
@@ -23,6 +28,9 @@ endif
 CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -Iinclude -Isrc
 ifdef DEBUG
 OPT := -O0 -g
+else ifdef SANITIZE
+# -O1 keeps sanitizer reports readable and the instrumented build quick.
+OPT := -O1 -g
 else
 OPT := -O2 -g
 endif
@@ -159,7 +167,7 @@ $(BUILD)/libdelta.a: $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libdelta.so: $(LIB_OBJ)
-	$(Q)$(CC) -shared -Wl,-soname,libdelta.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) -shared -Wl,-soname,$(SONAME) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/delta: $(TOOL_OBJ) $(BUILD)/libdelta.a
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libdelta.a $(LDLIBS)
@@ -167,6 +175,13 @@ $(BUILD)/delta: $(TOOL_OBJ) $(BUILD)/libdelta.a
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libdelta.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libdelta.a $(LDLIBS)
+
+# Tests of the tool's own code link its objects (all but main's).
+TOOL_LIB_OBJ := $(filter-out $(BUILD)/obj/tools/delta.o,$(TOOL_OBJ))
+$(BUILD)/obj/tests/test_train_args.o: CFLAGS += -Itools
+$(BUILD)/tests/test_train_args: $(BUILD)/obj/tests/test_train_args.o $(TOOL_LIB_OBJ) $(BUILD)/libdelta.a
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdelta.a
 	@mkdir -p $(dir $@)
@@ -180,18 +195,27 @@ deps-check:
 
 # The test and run targets install what they need first, then build in a
 # sub-make so the probe sees the installed libraries.
-test: deps-check
-	@$(MAKE) --no-print-directory tests tool
-	@tests/run.sh $(TEST_BIN)
-
-# The threaded code (copy engines, session) under ThreadSanitizer. OpenMP's
-# runtime is not instrumented, so this build leaves it out.
+# SANITIZE=thread runs the threaded code only (copy engines, session,
+# runtime): TSAN_TESTS. Sanitizer reports end the test that hit them
+# (halt_on_error; -fno-sanitize-recover for UBSan), so run.sh counts it.
 TSAN_TESTS := test_backend test_session test_managed test_policies test_plan_cache
-test-tsan: deps-check
-	@$(MAKE) --no-print-directory SANITIZE=thread NO_OMP=1 \
-	  $(TSAN_TESTS:%=build/san-thread/tests/%)
-	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
-	  tests/run.sh $(TSAN_TESTS:%=build/san-thread/tests/%)
+ifeq ($(SANITIZE),thread)
+TEST_RUN_BIN := $(TSAN_TESTS:%=$(BUILD)/tests/%)
+TEST_ENV := OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1
+else
+TEST_RUN_BIN := $(TEST_BIN)
+TEST_ENV := UBSAN_OPTIONS=print_stacktrace=1
+endif
+# tests/test_install.sh installs this build (make install with the same
+# variables) and builds examples/ against it.
+TEST_MAKE_VARS := $(foreach v,SANITIZE NO_BLAS NO_OMP DEBUG CC BUILD,$(if $(filter command line,$(origin $(v))),$(v)=$($(v))))
+test: deps-check
+	@$(MAKE) --no-print-directory $(TEST_RUN_BIN) tool
+	@DELTA_MAKE_VARS='$(TEST_MAKE_VARS)' $(TEST_ENV) tests/run.sh $(TEST_RUN_BIN) \
+	  $(if $(filter thread,$(SANITIZE)),,tests/test_install.sh)
+
+test-tsan:
+	@$(MAKE) --no-print-directory test SANITIZE=thread
 
 # The main job: a small ResNet-18 (base width 16) learns Fashion-MNIST in
 # about a minute on 2 cores, then reports its test accuracy (synthetic data,
@@ -233,5 +257,8 @@ bench-cuda:
 
 clean:
 	rm -rf build
+
+include fuzz/fuzz.mk
+include mk/install.mk
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

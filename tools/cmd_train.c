@@ -262,9 +262,12 @@ static int parse_args(int argc, char **argv, train_config *c,
     c->eval_batches = -1;
     c->steps = ext && ext->steps ? ext->steps : 100;
     opterr = 0;
-    optind = 1;
+    /* 0, not 1: glibc then forgets the rest of a cluster of short options
+     * from an earlier call ("-hx" stops at h and keeps a pointer to x into
+     * that call's argv). */
+    optind = 0;
     for (;;) {
-        int prev = optind;
+        int prev = optind > 0 ? optind : 1;
         int o = getopt_long(argc, argv, "+:h", cur_opts, NULL);
         if (o == -1) break;
         snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
@@ -469,6 +472,12 @@ static int parse_args(int argc, char **argv, train_config *c,
     return -1;
 }
 
+/* train's and plan's options alone (the fuzzer and tests call it in
+ * process). */
+int train_parse_args(int argc, char **argv, train_config *c) {
+    return parse_args(argc, argv, c, NULL);
+}
+
 int train_args_parse(int argc, char **argv, train_config *c,
                      const train_args_ext *ext) {
     return parse_args(argc, argv, c, ext);
@@ -478,7 +487,7 @@ int train_args_parse(int argc, char **argv, train_config *c,
  * from shapes alone and prints its memory figures. */
 int cmd_plan(int argc, char **argv) {
     train_config c;
-    int rc = parse_args(argc, argv, &c, NULL);
+    int rc = train_parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
     c.plan_only = true;
     trainer t;
@@ -491,7 +500,7 @@ int cmd_plan(int argc, char **argv) {
 
 int cmd_train(int argc, char **argv) {
     train_config c;
-    int rc = parse_args(argc, argv, &c, NULL);
+    int rc = train_parse_args(argc, argv, &c);
     if (rc >= 0) return rc;
     trainer t;
     delta_status st = trainer_setup(&t, &c);

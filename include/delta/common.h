@@ -21,6 +21,10 @@ extern "C" {
 #define DELTA_VERSION_MINOR 1
 #define DELTA_VERSION_PATCH 0
 #define DELTA_VERSION_STRING "0.1.0"
+/* The version of the library linked at run time (DELTA_VERSION_STRING is
+ * the headers' at compile time); a program can compare the two, as with
+ * zlib's zlibVersion(). */
+const char *delta_version(void);
 
 /* Every tensor buffer delta allocates is aligned to at least this many bytes,
  * so kernels take the same code path whatever the buffer's address. */

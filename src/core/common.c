@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+const char *delta_version(void) { return DELTA_VERSION_STRING; }
+
 const char *delta_status_name(delta_status s) {
     switch (s) {
     case DELTA_OK: return "ok";

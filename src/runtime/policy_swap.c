@@ -144,7 +144,7 @@ static void plan_offloads(swap_plan *p, managed *m) {
     p->n_cand = 0;
     for (int r = 0; r < p->nr; r++) {
         const root_view *v = managed_root(m, r);
-        int at;
+        int at = -1;  /* set when offloadable; -O1 cannot see it */
         p->is_cand[r] = v && offloadable(c, v, &at);
         if (p->is_cand[r]) p->off_at[at + 1]++;
     }

@@ -34,8 +34,9 @@
  * Not while the GEMMs go to OpenBLAS's own pthread pool: the team woken
  * between two GEMMs keeps spinning through the next one and competes with
  * OpenBLAS's threads for the cores (measured: conv 2x slower on 2 cores
- * with the default OMP_WAIT_POLICY). The helpers are ~10% of the work. */
-static inline bool par_ok(int64_t work) {
+ * with the default OMP_WAIT_POLICY). The helpers are ~10% of the work.
+ * Unused without OpenMP (PAR_FOR is empty then), which clang warns of. */
+__attribute__((unused)) static inline bool par_ok(int64_t work) {
     return work >= PAR_MIN && !delta_gemm_contends();
 }
 

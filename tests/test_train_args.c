@@ -1,0 +1,89 @@
+/* The command-line parser of `delta train` / `delta plan`
+ * (tools/cmd_train.c's train_parse_args), called in-process the way
+ * fuzz/fuzz_cli.c calls it:
+ *  - a second parse is independent of the first, even after the first
+ *    stopped inside a cluster of short options (regression: getopt kept a
+ *    pointer into the first argv and the next "--model mlp" failed);
+ *  - accepted values land in the config, bad ones exit 2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "test.h"
+#include "trainer.h"
+
+/* Parses a NULL-terminated list after "train", from heap copies that are
+ * freed (and scribbled over) before returning, as a caller's would be. */
+static int parse(train_config *c, const char *const *args) {
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = strdup("train");
+    for (int i = 0; args[i] && argc < 31; i++) argv[argc++] = strdup(args[i]);
+    argv[argc] = NULL;
+    int rc = train_parse_args(argc, argv, c);
+    for (int i = 0; i < argc; i++) {
+        memset(argv[i], 'Z', strlen(argv[i]));
+        free(argv[i]);
+    }
+    return rc;
+}
+
+static void test_parse_twice_after_cluster(void) {
+    static const char *const clusters[][4] = {
+        {"-xy", NULL}, {"-hq", NULL}, {"--model", "mlp", "-xyz", NULL}};
+    for (size_t i = 0; i < sizeof clusters / sizeof clusters[0]; i++) {
+        /* The first argv stays alive, as main's would: the stale pointer
+         * then reads its leftover "y" as the next option. */
+        char *first_argv[8];
+        int argc = 0;
+        first_argv[argc++] = "train";
+        for (int k = 0; clusters[i][k]; k++)
+            first_argv[argc++] = (char *)clusters[i][k];
+        first_argv[argc] = NULL;
+        train_config c;
+        FILE *keep = stdout;  /* -h prints the usage */
+        stdout = fopen("/dev/null", "w");
+        int first = train_parse_args(argc, first_argv, &c);
+        fclose(stdout);
+        stdout = keep;
+        CHECK(first == 2 || first == 0, "case %zu: first parse gave %d", i,
+              first);
+        char *argv[] = {"train", "--model", "mlp", "--steps", "3", NULL};
+        CHECK(train_parse_args(5, argv, &c) == -1,
+              "case %zu: a valid command line after it was refused", i);
+        CHECK(c.steps == 3 && c.model.name && !strcmp(c.model.name, "mlp"),
+              "case %zu: steps %lld", i, (long long)c.steps);
+    }
+}
+
+static void test_parse_values(void) {
+    train_config c;
+    static const char *const good[] = {"--model", "gpt2-tiny", "--budget",
+                                       "60%", "--seq-len-range", "16:128",
+                                       "--lr", "3e-4", NULL};
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = "train";
+    for (int i = 0; good[i]; i++) argv[argc++] = (char *)good[i];
+    argv[argc] = NULL;
+    CHECK(train_parse_args(argc, argv, &c) == -1);
+    CHECK(c.budget.kind == BUDGET_PERCENT && c.budget.percent == 60);
+    CHECK(c.seq_len_min == 16 && c.seq_len_max == 128);
+    CHECK(c.lr > 2.9e-4 && c.lr < 3.1e-4);
+    static const char *const bad[][5] = {
+        {"--model", "mlp", "--steps", "-1", NULL},
+        {"--model", "mlp", "--budget", "0", NULL},
+        {"--model", "mlp", "--seq-len-range", "9:3", NULL},
+        {"--model", "mlp", "--steps", NULL},
+        {"--steps", "3", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(parse(&c, bad[i]) == 2, "bad case %zu", i);
+}
+
+int main(void) {
+    TEST_RUN(test_parse_twice_after_cluster);
+    TEST_RUN(test_parse_values);
+    TEST_MAIN_END();
+}
