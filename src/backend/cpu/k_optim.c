@@ -4,6 +4,7 @@
  * (dampening 0) and torch.optim.AdamW, in float like PyTorch's float32
  * parameters; the scalar bias terms are computed in double. */
 #include "backend/cpu/kernels.h"
+#include "backend/optim_elem.h"
 #include "delta/cpu.h"
 
 #include <math.h>
@@ -27,14 +28,10 @@ void delta_k_sgd_update(const delta_kargs *k) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > OPT_MIN)
 #endif
     for (int64_t i = 0; i < n; i++) {
-        float pi = p[i], gi = g[i];
-        if (wd != 0.0f) gi = gi + wd * pi;
-        if (mom) {
-            float b = first ? gi : m * buf[i] + gi;
-            bo[i] = b;
-            gi = nesterov ? gi + m * b : b;
-        }
-        po[i] = pi - lr * gi;
+        float b = 0.0f;
+        po[i] = delta_sgd_elem(p[i], g[i], mom ? buf[i] : 0.0f, &b, lr, m, wd,
+                               first, nesterov, mom);
+        if (mom) bo[i] = b;
     }
 }
 
@@ -43,12 +40,9 @@ void delta_k_adamw_update(const delta_kargs *k) {
     const float *p = k->in[0], *g = k->in[1], *m = k->in[2], *v = k->in[3];
     float *po = k->out[0], *mo = k->out[1], *vo = k->out[2];
     int64_t n = k->in_t[0]->numel;
-    double t = (double)(k->env->step + 1);
     float b1 = at->beta1, b2 = at->beta2, eps = at->opt_eps;
-    float decay = (float)(1.0 - (double)at->lr * (double)at->weight_decay);
-    float step_size = (float)((double)at->lr / (1.0 - pow((double)b1, t)));
-    float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
-    float c1 = 1.0f - b1, c2 = 1.0f - b2;
+    delta_adamw_scalars sc = delta_adamw_scalars_of(at->lr, at->weight_decay,
+                                                    b1, b2, k->env->step);
     bool decays = at->weight_decay != 0.0f;
     int nt = delta_cpu_threads();
     (void)nt;
@@ -56,13 +50,10 @@ void delta_k_adamw_update(const delta_kargs *k) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > OPT_MIN)
 #endif
     for (int64_t i = 0; i < n; i++) {
-        float pi = p[i], gi = g[i];
-        if (decays) pi = pi * decay;
-        float mi = b1 * m[i] + c1 * gi;
-        float vi = b2 * v[i] + c2 * gi * gi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        float mi, vi;
+        po[i] = delta_adamw_elem(p[i], g[i], m[i], v[i], &mi, &vi, b1, b2, eps,
+                                 sc, decays);
         mo[i] = mi;
         vo[i] = vi;
-        po[i] = pi - step_size * (mi / denom);
     }
 }
