@@ -1,0 +1,453 @@
+#!/usr/bin/python3
+"""The papers' figures on the simulated GPUs, measured: part of
+scripts/results.sh (make results), which assembles docs/RESULTS.md.
+
+  results_sim.py DELTA_BIN OUT_DIR
+
+Writes OUT_DIR/sim.md (Markdown sections) and OUT_DIR/sim.json (every
+run's figures). For each model row on each device:
+  - keep with the whole unconstrained peak as its budget: the reference
+    step time and peak;
+  - per policy, the smallest budget whose median steady step is at most
+    1.1x and 1.3x keep's (bisection on the budget as a fraction of the
+    peak, to RES; overhead is assumed to fall as the budget grows, which
+    bisection needs: the bracket it ends on is what the table reports);
+  - delta's bytes released by swapping and by dropping (to recompute) and
+    their costs at 70/50/30%, beside a swap-only (autoswap) and a
+    recompute-only (dtr) peer at the same budgets;
+  - the largest batch per policy with `delta maxbatch`, when the binary has
+    that command.
+A step's time is the median over the steps after the first third (delta
+profiles and tries its modes first; every policy is measured the same way,
+as in scripts/bench_policies.sh). The simulator is deterministic, so so is
+every figure here. Environment: STEPS (default 12), JOBS (parallel runs,
+default 2), RES (default 0.01), ONLY (a row key, for a quick look),
+RUN_TIMEOUT (seconds per run, default 300)."""
+import concurrent.futures as cf
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN = sys.argv[1]
+OUT = sys.argv[2]
+STEPS = int(os.environ.get("STEPS", "12"))
+JOBS = int(os.environ.get("JOBS", "2"))
+RES = float(os.environ.get("RES", "0.01"))
+ONLY = os.environ.get("ONLY", "")
+RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "300"))
+
+PEERS = ["swap", "checkpoint", "dtr", "capuchin", "autoswap"]
+POLICIES = ["delta"] + PEERS
+THRESHOLDS = [1.1, 1.3]
+WHY_BUDGETS = [0.7, 0.5, 0.3]
+DEVICES = [("v100-32g", "V100-32GB"), ("a100-80g", "A100-80GB")]
+WHY_DEVICE = "a100-80g"
+
+# Model rows: key, label, the model's arguments (besides the device), the
+# configuration in words, and the published DELTA max-batch ratio
+# (../shared/REFERENCES.md), or None where the papers give none.
+SGD = ["--optimizer", "sgd", "--momentum", "0.9"]
+ADAMW = ["--optimizer", "adamw"]
+MODELS = [
+    ("resnet50", "ResNet-50", ["--model", "resnet50", "--batch", "64"] + SGD,
+     "224x224x3, 1000 classes, batch 64, SGD momentum 0.9", 2.04),
+    ("resnet101", "ResNet-101", ["--model", "resnet101", "--batch", "64"] + SGD,
+     "224x224x3, 1000 classes, batch 64, SGD momentum 0.9", 2.25),
+    ("bert384", "BERT-Large", ["--model", "bert-large", "--seq-len", "384",
+                               "--batch", "8"] + ADAMW,
+     "sequence 384, batch 8, dropout 0.1, AdamW", None),
+    ("bert512", "BERT-Large", ["--model", "bert-large", "--seq-len", "512",
+                               "--batch", "8"] + ADAMW,
+     "sequence 512, batch 8, dropout 0.1, AdamW", None),
+    ("gpt2l", "GPT-2 Large", ["--model", "gpt2-large", "--seq-len", "1024",
+                              "--batch", "2"] + ADAMW,
+     "T 1024, batch 2, dropout 0.1, AdamW", 5.5),
+    ("gpt2xl", "GPT-2 XL", ["--model", "gpt2-xl", "--seq-len", "1024",
+                            "--batch", "1"] + ADAMW,
+     "T 1024, batch 1, dropout 0.1, AdamW", 6.0),
+]
+
+tmp = tempfile.mkdtemp(prefix="delta-results-")
+log_lock = threading.Lock()
+t_start = time.time()
+
+
+def log(msg):
+    with log_lock:
+        print(f"  [{time.time() - t_start:6.0f} s] {msg}", file=sys.stderr,
+              flush=True)
+
+
+def train(args, policy, budget):
+    """One run; budget is bytes (int) or None for the whole peak (keep).
+    Returns the parsed figures or {'rc': N, 'err': ...}."""
+    fd, path = tempfile.mkstemp(suffix=".jsonl", dir=tmp)
+    os.close(fd)
+    b = "100%" if budget is None else str(int(budget))
+    cmd = [BIN, "train"] + args + ["--steps", str(STEPS), "--policy", policy,
+                                   "--budget", b, "--quiet", "--json", path]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True,
+                           timeout=RUN_TIMEOUT)
+        rc, err = p.returncode, p.stderr.strip()
+    except subprocess.TimeoutExpired:
+        rc, err = -1, f"over {RUN_TIMEOUT:.0f} s of real time"
+    wall = time.time() - t0
+    steps, summ = [], None
+    if rc == 0:
+        for line in open(path):
+            d = json.loads(line)
+            if "summary" in d:
+                summ = d["summary"]
+            elif "step" in d:
+                steps.append(d)
+    os.unlink(path)
+    if rc != 0 or not steps or summ is None:
+        return {"rc": rc, "err": err.splitlines()[-1] if err else "",
+                "wall_s": wall}
+    tail = steps[len(steps) // 3:]
+    mean = lambda k: statistics.mean(d[k] for d in tail)
+    return {"rc": 0, "wall_s": wall,
+            "step_s": statistics.median(d["step_s"] for d in tail),
+            "peak": summ["peak_device_bytes"],
+            "baseline_peak": summ["baseline_peak_bytes"],
+            "min_budget": summ["min_budget_bytes"],
+            "budget": summ["budget_bytes"],
+            "swap_out": mean("swap_out_bytes"),
+            "dropped": mean("dropped_bytes"),
+            "recomputed_ops": mean("recomputed_ops"),
+            "recompute_s": mean("recompute_s"),
+            "stall_s": mean("stall_s")}
+
+
+def search(args, policy, keep, peak, floor):
+    """Smallest budget fraction meeting each threshold; returns
+    {thr: {'frac', 'overhead', 'below'}} and every run by fraction."""
+    runs = {}
+
+    def at(frac):
+        if frac not in runs:
+            runs[frac] = train(args, policy, round(frac * peak))
+        return runs[frac]
+
+    def ok(frac, thr):
+        r = runs[frac]
+        return r["rc"] == 0 and r["step_s"] <= thr * keep["step_s"] + 1e-12
+
+    found = {}
+    for thr in sorted(THRESHOLDS, reverse=True):  # the loosest first
+        at(1.0)
+        if not ok(1.0, thr):
+            found[thr] = None
+            continue
+        while True:
+            passing = [f for f in runs if ok(f, thr)]
+            hi = min(passing)
+            failing = [f for f in runs if f < hi and not ok(f, thr)]
+            lo = max(failing) if failing else floor
+            if hi - lo <= RES + 1e-9:
+                break
+            at(round((lo + hi) / 2, 4))
+        r = runs[hi]
+        found[thr] = {"frac": hi, "overhead": r["step_s"] / keep["step_s"]}
+    return found, runs
+
+
+def row_job(key, args, gpu, policy, keep):
+    peak, floor = keep["baseline_peak"], keep["min_budget"] / keep["baseline_peak"]
+    found, runs = search(args + ["--gpu", gpu], policy, keep, peak, floor)
+    log(f"{key} {gpu} {policy}: " + ", ".join(
+        f"<={t}x: " + (f"{1 - f['frac']:.0%} saved" if f else "none")
+        for t, f in sorted(found.items())) +
+        f" ({len(runs)} runs, {sum(r['wall_s'] for r in runs.values()):.0f} s)")
+    return found, runs
+
+
+def why_job(args, gpu, policy, keep, frac):
+    return train(args + ["--gpu", gpu], policy, round(frac * keep["baseline_peak"]))
+
+
+def has_maxbatch():
+    p = subprocess.run([BIN, "maxbatch", "--help"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return p.returncode == 0
+
+
+def maxbatch(args, gpu):
+    """`delta maxbatch` for keep and every policy; {policy: object}."""
+    fd, path = tempfile.mkstemp(suffix=".jsonl", dir=tmp)
+    os.close(fd)
+    # the model's own arguments, less --batch (maxbatch searches it)
+    margs = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--batch":
+            i += 2
+            continue
+        margs.append(args[i])
+        i += 1
+    cmd = [BIN, "maxbatch"] + margs + [
+        "--policies", ",".join(["keep"] + POLICIES), "--backend", "sim",
+        "--gpu", gpu, "--json", path]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True,
+                           timeout=RUN_TIMEOUT * 4)
+        rc, err = p.returncode, p.stderr.strip()
+    except subprocess.TimeoutExpired:
+        rc, err = -1, "timed out"
+    out = {}
+    if os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line:
+                d = json.loads(line)
+                if "policy" in d:
+                    out[d["policy"]] = d
+        os.unlink(path)
+    log(f"maxbatch {margs[1]} {gpu}: rc {rc}, {len(out)} policies, "
+        f"{time.time() - t0:.0f} s" + (f": {err.splitlines()[-1]}" if rc and err else ""))
+    return {"rc": rc, "cmd": " ".join(cmd[1:]).replace(path, "FILE"),
+            "by_policy": out}
+
+
+def gib(b):
+    return f"{b / 2**30:.1f}"
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rows = [(m, d) for m in MODELS for d in DEVICES if not ONLY or m[0] == ONLY]
+    data = {"steps": STEPS, "res": RES, "rows": {}}
+    pool = cf.ThreadPoolExecutor(max_workers=JOBS)
+
+    # keep, the reference of every row
+    keeps = {}
+    futs = {(m[0], d[0]): pool.submit(train, m[2] + ["--gpu", d[0]], "keep", None)
+            for m, d in rows}
+    for (k, g), f in futs.items():
+        keeps[(k, g)] = f.result()
+        r = keeps[(k, g)]
+        log(f"{k} {g} keep: " + (f"{r['step_s']:.4f} s/step, peak {gib(r['peak'])} GiB"
+                                  if r["rc"] == 0 else f"failed: {r['err']}"))
+
+    # the searches, the why-table runs and maxbatch, all in the pool
+    sfuts, wfuts, mfuts = {}, {}, {}
+    for m, d in rows:
+        keep = keeps[(m[0], d[0])]
+        if keep["rc"] != 0:
+            continue
+        for p in POLICIES:
+            sfuts[(m[0], d[0], p)] = pool.submit(row_job, m[0], m[2], d[0], p, keep)
+        if d[0] == WHY_DEVICE:
+            for frac in WHY_BUDGETS:
+                for p in ("delta", "autoswap", "dtr"):
+                    wfuts[(m[0], frac, p)] = pool.submit(why_job, m[2], d[0], p, keep, frac)
+    mb = has_maxbatch()
+    if mb:
+        for m, d in rows:
+            mfuts[(m[0], d[0])] = pool.submit(maxbatch, m[2], d[0])
+    else:
+        log("this delta has no maxbatch command: the max-batch table is left out")
+
+    for m, d in rows:
+        key = f"{m[0]}@{d[0]}"
+        keep = keeps[(m[0], d[0])]
+        entry = {"keep": keep, "search": {}, "runs": {}}
+        for p in POLICIES:
+            if (m[0], d[0], p) in sfuts:
+                found, runs = sfuts[(m[0], d[0], p)].result()
+                entry["search"][p] = {str(t): v for t, v in found.items()}
+                entry["runs"][p] = {f"{f:.4f}": r for f, r in sorted(runs.items())}
+        if (m[0], d[0]) in mfuts:
+            entry["maxbatch"] = mfuts[(m[0], d[0])].result()
+        data["rows"][key] = entry
+    why = {f"{k}@{frac}@{p}": f.result() for (k, frac, p), f in wfuts.items()}
+    data["why"] = why
+    pool.shutdown()
+    json.dump(data, open(os.path.join(OUT, "sim.json"), "w"), indent=1)
+    write_md(rows, data, mb)
+    log(f"done in {time.time() - t_start:.0f} s")
+
+
+def saved(e, p, thr):
+    """Memory saved by policy p at threshold thr in row entry e, or None."""
+    f = e["search"].get(p, {}).get(str(thr))
+    return None if not f else 1 - f["frac"]
+
+
+def batch_ratio(e, p):
+    x = e.get("maxbatch", {}).get("by_policy", {}).get(p)
+    r = x and x.get("ratio_to_keep")
+    return r if isinstance(r, (int, float)) else None
+
+
+def headline(rows, data, mb, w):
+    """The summary table: delta, the best peer and the published figures."""
+    pct = lambda v: "—" if v is None else f"{v:.0%}"
+    w("## Headline\n")
+    w("Memory saved at ≤ 1.1× and ≤ 1.3× keep's step time, and the largest batch against keep's, "
+      "for delta and for the best of the five peers in the same cell (which peer in brackets); "
+      "published DELTA figures from ../shared/REFERENCES.md: 40–72% memory saved (per model figures "
+      "not given), max batch ×2.04 ResNet-50, ×2.25 ResNet-101, ×5.5 GPT2-Large, ×6 GPT2-XL.\n")
+    w("| row | device | delta saved ≤1.1× | best peer | delta saved ≤1.3× | best peer | "
+      "delta max batch | best peer | published max batch |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    tally = {"ge_peers_11": 0, "ge_peers_13": 0, "ge_40_13": 0, "n": 0,
+             "mb_pub": 0, "mb_n": 0, "mb_peers": 0, "mb_rows": 0}
+    for m, d in rows:
+        e = data["rows"][f"{m[0]}@{d[0]}"]
+        if e["keep"]["rc"] != 0:
+            continue
+        tally["n"] += 1
+        cells = []
+        for thr in THRESHOLDS:
+            dv = saved(e, "delta", thr)
+            peers = [(saved(e, p, thr), p) for p in PEERS if saved(e, p, thr) is not None]
+            bp = max(peers) if peers else (None, "")
+            cells += [pct(dv), f"{pct(bp[0])} ({bp[1]})" if bp[0] is not None else "—"]
+            if (dv or 0) >= (bp[0] or 0):
+                tally["ge_peers_11" if thr == 1.1 else "ge_peers_13"] += 1
+            if thr == 1.3 and (dv or 0) >= 0.40:
+                tally["ge_40_13"] += 1
+        if mb and "maxbatch" in e:
+            dv = batch_ratio(e, "delta")
+            peers = [(batch_ratio(e, p), p) for p in PEERS if batch_ratio(e, p) is not None]
+            bp = max(peers) if peers else (None, "")
+            cells += ["—" if dv is None else f"×{dv:.2f}",
+                      "—" if bp[0] is None else f"×{bp[0]:.2f} ({bp[1]})"]
+            if dv is not None:
+                tally["mb_rows"] += 1
+                tally["mb_peers"] += dv >= (bp[0] or 0)
+                if m[4]:
+                    tally["mb_n"] += 1
+                    tally["mb_pub"] += dv >= m[4]
+        else:
+            cells += ["not measured", ""]
+        cells.append(f"×{m[4]}" if m[4] else "—")
+        w(f"| {m[1]} {m[3].split(',')[0]} | {d[1]} | " + " | ".join(cells) + " |")
+    w("")
+    n = tally["n"]
+    w(f"Counted over the {n} rows: delta saves at least as much as every peer in "
+      f"{tally['ge_peers_11']} at ≤ 1.1× and {tally['ge_peers_13']} at ≤ 1.3×; it saves at least "
+      f"the published lower bound of 40% at ≤ 1.3× in {tally['ge_40_13']}." +
+      (f" Its max batch is at or above the best peer's in {tally['mb_peers']} of {tally['mb_rows']} "
+       f"rows measured, and at or above the published ratio in {tally['mb_pub']} of the "
+       f"{tally['mb_n']} rows that have one." if mb else "") + "\n")
+
+
+def write_md(rows, data, mb):
+    o = []
+    w = o.append
+    headline(rows, data, mb, w)
+    w("## Configurations\n")
+    w("Every simulated row: fp32 on the CUDA cores (the simulator's GEMM peak is the fp32 one; "
+      "no tensor cores, no mixed precision), the presets of docs/DEVICE.md, steps of one fixed "
+      f"shape, {STEPS} steps per run, a run's step time the median over the steps after the first "
+      "third. The unconstrained peak is keep's (the dry plan's lifetime-planned arena: parameters, "
+      "gradients, optimizer state, inputs, activations and workspace all count).\n")
+    w("| row | model | configuration | device | keep s/step | unconstrained peak |")
+    w("|---|---|---|---|---|---|")
+    for m, d in rows:
+        k = data["rows"][f"{m[0]}@{d[0]}"]["keep"]
+        cell = (f"{k['step_s']:.4f} | {gib(k['peak'])} GiB" if k["rc"] == 0
+                else f"failed | {k['err']}")
+        w(f"| {m[0]} | {m[1]} | {m[3]} | {d[1]} | {cell} |")
+    w("")
+    w("## Memory saved at a bounded overhead\n")
+    w("Memory saved = 1 − budget / unconstrained peak, for the smallest budget whose median steady "
+      "step is at most 1.1× (and 1.3×) keep's; found by bisection on the budget to "
+      f"{RES:.0%} of the peak (the budget {RES:.0%} below the one given exceeds the threshold or "
+      "is refused). \"—\": not even the whole peak meets it. Published (DELTA, Tang et al. 2022 / "
+      "TACO 2024, ../shared/REFERENCES.md): 40–72% memory saved with convergence comparable to "
+      "the baseline (the overhead at which it is reached is not given there).\n")
+    for thr in THRESHOLDS:
+        w(f"### at ≤ {thr}× keep's step time\n")
+        w("| row | device | " + " | ".join(POLICIES) + " |")
+        w("|---|---|" + "---|" * len(POLICIES))
+        for m, d in rows:
+            e = data["rows"][f"{m[0]}@{d[0]}"]
+            cells = []
+            for p in POLICIES:
+                f = e["search"].get(p, {}).get(str(thr))
+                cells.append("—" if not f else f"{1 - f['frac']:.0%} ({f['overhead']:.2f}×)")
+            best = max((1 - (e["search"].get(p, {}).get(str(thr)) or {"frac": 1})["frac"], p)
+                       for p in POLICIES)
+            cells = [f"**{c}**" if p == best[1] and best[0] > 0 else c
+                     for c, p in zip(cells, POLICIES)]
+            w(f"| {m[0]} | {d[1]} | " + " | ".join(cells) + " |")
+        w("")
+    w("Each cell: memory saved (the overhead measured at that budget); bold: the most saved.\n")
+
+    w("## Why each choice: what delta released, and what it cost\n")
+    dev = dict(DEVICES)[WHY_DEVICE]
+    w(f"On the simulated {dev}, per step (means over the steady steps): the bytes delta swapped "
+      "out and the bytes it dropped to recompute, the seconds compute stalled waiting for "
+      "transfers and the seconds spent recomputing, and its overhead beside the swap-only "
+      "(autoswap) and recompute-only (dtr) peers at the same budget. The papers' argument — "
+      "swapping is not always the best first choice — reads off the mix: where the link can hide "
+      "the transfers delta swaps, where it cannot it recomputes.\n")
+    w("| row | budget | swapped out GiB | dropped GiB | stall s | recompute s | delta | autoswap (swap only) | dtr (recompute only) |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for m, d in rows:
+        if d[0] != WHY_DEVICE:
+            continue
+        keep = data["rows"][f"{m[0]}@{d[0]}"]["keep"]
+        if keep["rc"] != 0:
+            continue
+        for frac in WHY_BUDGETS:
+            r = {p: data["why"].get(f"{m[0]}@{frac}@{p}") for p in ("delta", "autoswap", "dtr")}
+            ov = {p: (f"{r[p]['step_s'] / keep['step_s']:.2f}×" if r[p] and r[p]["rc"] == 0
+                      else "refused" if r[p] and r[p]["rc"] == 3 else
+                      f"failed ({r[p]['err'][:40]})" if r[p] else "")
+                  for p in r}
+            dr = r["delta"]
+            if dr and dr["rc"] == 0:
+                mix = (f"{gib(dr['swap_out'])} | {gib(dr['dropped'])} | {dr['stall_s']:.3f} | "
+                       f"{dr['recompute_s']:.3f}")
+            else:
+                mix = "| | |"
+            w(f"| {m[0]} | {frac:.0%} | {mix} | {ov['delta']} | {ov['autoswap']} | {ov['dtr']} |")
+    w("")
+
+    w("## Maximum batch against keep\n")
+    if not mb:
+        w("Not measured: this build of delta has no `maxbatch` command yet.\n")
+    else:
+        w("`delta maxbatch` (default --min-throughput 0.75: only batches at ≥ 0.75× keep's "
+          "samples/s at keep's largest batch count). Each cell: largest batch (× keep's). "
+          "Published DELTA ratios (../shared/REFERENCES.md): ResNet-50 ×2.04, ResNet-101 ×2.25, "
+          "GPT2-Large ×5.5, GPT2-XL ×6; BERT-Large: evaluated, no ratio given.\n")
+        w("| row | device | published | keep | " + " | ".join(POLICIES) + " |")
+        w("|---|---|---|---|" + "---|" * len(POLICIES))
+        for m, d in rows:
+            e = data["rows"][f"{m[0]}@{d[0]}"].get("maxbatch")
+            if not e:
+                continue
+            bp = e["by_policy"]
+
+            def cell(p):
+                x = bp.get(p)
+                if not x:
+                    return "—"
+                r = x.get("ratio_to_keep")
+                return f"{x.get('max_batch')}" + (f" (×{r:.2f})" if isinstance(r, (int, float)) and p != "keep" else "")
+            pub = f"×{m[4]}" if m[4] else "—"
+            w(f"| {m[0]} | {d[1]} | {pub} | {cell('keep')} | " + " | ".join(cell(p) for p in POLICIES) + " |")
+        w("")
+        cmds = sorted({e["maxbatch"]["cmd"] for e in data["rows"].values() if "maxbatch" in e})
+        if cmds:
+            w("Commands (`delta maxbatch …`): " + "; ".join(f"`{c}`" for c in cmds[:2]) + " …\n")
+    open(os.path.join(OUT, "sim.md"), "w").write("\n".join(o) + "\n")
+
+
+if __name__ == "__main__":
+    main()
