@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "delta/delta.h"
 #include "parse.h"
+#include "train_args.h"
 #include "trainer.h"
 
 /* Largest value of a size override (the models' own cap is 2^30). */
@@ -185,9 +186,14 @@ static const char *policy_list(char *buf, size_t n) {
     return buf;
 }
 
+/* The command being parsed (train_args.h: other commands take train's
+ * options too) and its options: train's, then the command's own. */
+static const char *cur_cmd = "train";
+static struct option cur_opts[128];
+
 /* The long name of option value v, for messages. */
 static const char *opt_name(int v) {
-    for (const struct option *o = long_opts; o->name; o++)
+    for (const struct option *o = cur_opts; o->name; o++)
         if (o->val == v) return o->name;
     return "?";
 }
@@ -197,27 +203,54 @@ static int usage_error(const char *fmt, ...)
 static int usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "delta train: ");
+    fprintf(stderr, "delta %s: ", cur_cmd);
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nsee 'delta train --help'\n");
+    fprintf(stderr, "\nsee 'delta %s --help'\n", cur_cmd);
     va_end(ap);
     return 2;
 }
 
-/* Parses argv into *c. Returns -1 to go on, else the exit status. */
-static int parse_args(int argc, char **argv, train_config *c) {
+int train_args_error(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return usage_error("%s", msg);
+}
+
+int train_args_check_policy(const char *name) {
+    if (policy_known(name)) return -1;
+    char list[256];
+    return usage_error("unknown policy '%s'; the policies are: %s", name,
+                       policy_list(list, sizeof list));
+}
+
+/* Parses argv into *c; ext (NULL for train and plan) adds a command's own
+ * options. Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, train_config *c,
+                      const train_args_ext *ext) {
     char err[512], optbuf[64];
+    size_t n_opts = 0;
+    cur_cmd = ext ? ext->cmd : "train";
+    for (const struct option *o = long_opts; o->name; o++)
+        cur_opts[n_opts++] = *o;
+    for (const struct option *o = ext ? ext->opts : NULL; o && o->name; o++) {
+        DELTA_ASSERT(n_opts + 1 < sizeof cur_opts / sizeof *cur_opts);
+        cur_opts[n_opts++] = *o;
+    }
+    cur_opts[n_opts] = (struct option){NULL, 0, NULL, 0};
     int64_t hidden = 0;
     bool backend_set = false, gpu_set = false;
     memset(c, 0, sizeof *c);
     c->lr = c->momentum = c->weight_decay = -1;
     c->eval_batches = -1;
-    c->steps = 100;
+    c->steps = ext && ext->steps ? ext->steps : 100;
     opterr = 0;
     optind = 1;
     for (;;) {
         int prev = optind;
-        int o = getopt_long(argc, argv, "+:h", long_opts, NULL);
+        int o = getopt_long(argc, argv, "+:h", cur_opts, NULL);
         if (o == -1) break;
         snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
         const char *opt = optbuf, *a = optarg;
@@ -225,7 +258,10 @@ static int parse_args(int argc, char **argv, train_config *c) {
         double x = 0;
         int64_t *field = NULL;
         switch (o) {
-        case 'h': usage(stdout); return 0;
+        case 'h':
+            if (ext) ext->usage(stdout);
+            else usage(stdout);
+            return 0;
         case OPT_VERSION:
             printf("delta %s (%s)\n", DELTA_VERSION_STRING,
                    delta_build_features());
@@ -312,7 +348,7 @@ static int parse_args(int argc, char **argv, train_config *c) {
                 return 0;
             }
             if (!delta_gpu_preset_find(a)) {
-                fprintf(stderr, "delta train: unknown GPU '%s'\n", a);
+                fprintf(stderr, "delta %s: unknown GPU '%s'\n", cur_cmd, a);
                 list_gpus(stderr);
                 return 2;
             }
@@ -366,6 +402,11 @@ static int parse_args(int argc, char **argv, train_config *c) {
         }
         case OPT_DROP_LAST: c->drop_last = true; break;
         default:
+            if (ext && o >= TRAIN_ARGS_EXT_BASE) {
+                int rc = ext->handle(ext->ud, o, opt, a);
+                if (rc >= 0) return rc;
+                break;
+            }
             return usage_error("unexpected option '%s'",
                                prev < argc ? argv[prev] : "?");
         }
@@ -377,7 +418,7 @@ static int parse_args(int argc, char **argv, train_config *c) {
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!c->model.name)
+    if (!c->model.name && !(ext && ext->model_optional))
         return usage_error("no model given: use --model NAME (e.g. --model "
                            "resnet18)");
     if (gpu_set && backend_set && c->backend != TRAIN_BACKEND_SIM)
@@ -392,17 +433,23 @@ static int parse_args(int argc, char **argv, train_config *c) {
                            "simulated GPU has its preset's link");
     /* --hidden: mlp's hidden width, or a transformer's. */
     if (hidden) {
-        if (!strcmp(c->model.name, "mlp")) c->model.mlp_hidden = hidden;
+        if (c->model.name && !strcmp(c->model.name, "mlp"))
+            c->model.mlp_hidden = hidden;
         else c->model.hidden = hidden;
     }
     return -1;
+}
+
+int train_args_parse(int argc, char **argv, train_config *c,
+                     const train_args_ext *ext) {
+    return parse_args(argc, argv, c, ext);
 }
 
 /* delta plan: the options of train; builds and plans the step program
  * from shapes alone and prints its memory figures. */
 int cmd_plan(int argc, char **argv) {
     train_config c;
-    int rc = parse_args(argc, argv, &c);
+    int rc = parse_args(argc, argv, &c, NULL);
     if (rc >= 0) return rc;
     c.plan_only = true;
     trainer t;
@@ -415,7 +462,7 @@ int cmd_plan(int argc, char **argv) {
 
 int cmd_train(int argc, char **argv) {
     train_config c;
-    int rc = parse_args(argc, argv, &c);
+    int rc = parse_args(argc, argv, &c, NULL);
     if (rc >= 0) return rc;
     trainer t;
     delta_status st = trainer_setup(&t, &c);

@@ -7,5 +7,6 @@
 
 int cmd_train(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_maxbatch(int argc, char **argv);
 
 #endif

@@ -16,7 +16,8 @@ static void usage(FILE *f) {
             "  train      train a model ('delta train --help')\n"
             "  plan       memory of a model's training step, from shapes alone:\n"
             "             unconstrained peak and minimum budget (options of train)\n"
-            "  maxbatch   largest batch that fits a device (coming)\n"
+            "  maxbatch   largest batch that fits a device, per policy, with\n"
+            "             its throughput ('delta maxbatch --help')\n"
             "  bench      grid of models, policies and budgets (coming)\n"
             "\n"
             "options:\n"
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "maxbatch")) return cmd_maxbatch(argc - 1, argv + 1);
     fprintf(stderr, "delta: unknown command '%s'; see 'delta --help'\n", cmd);
     return 2;
 }

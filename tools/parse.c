@@ -168,3 +168,31 @@ bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
     out->kind = BUDGET_BYTES;
     return true;
 }
+
+bool parse_list(const char *opt, const char *s, char *buf, size_t buf_len,
+                const char **items, int cap, int *n, char *err,
+                size_t err_len) {
+    *n = 0;
+    if (strlen(s) >= buf_len) {
+        snprintf(err, err_len, "%s: the list '%.40s...' is too long", opt, s);
+        return false;
+    }
+    snprintf(buf, buf_len, "%s", s);
+    for (char *p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (!*p) {
+            snprintf(err, err_len, "%s: expected a comma-separated list "
+                     "such as a,b,c with no empty item, got '%s'", opt, s);
+            return false;
+        }
+        if (*n == cap) {
+            snprintf(err, err_len, "%s: at most %d items, got more in '%s'",
+                     opt, cap, s);
+            return false;
+        }
+        items[(*n)++] = p;
+        if (!comma) return true;
+        p = comma + 1;
+    }
+}

@@ -40,4 +40,10 @@ typedef struct budget_spec {
 bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
                   size_t err_len);
 
+/* A comma-separated list of at most cap non-empty items: copies s into buf
+ * (buf_len bytes) and points items[0..*n) into it. */
+bool parse_list(const char *opt, const char *s, char *buf, size_t buf_len,
+                const char **items, int cap, int *n, char *err,
+                size_t err_len);
+
 #endif

@@ -851,6 +851,7 @@ delta_status trainer_train(trainer *t) {
             loss = l;
         }
         times[i] = s.step_s;
+        if (t->step_log) t->step_log[i] = s;
         r->steps_done = i + 1;
         r->final_loss = loss;
         add_step(r, &s);

@@ -156,6 +156,10 @@ typedef struct trainer {
     json_log *json;
     delta_trace *trace;         /* --trace; the session writes into it */
     FILE *info;                 /* informational lines (NULL when quiet) */
+    /* Set by the caller after trainer_setup (cfg.steps entries, not
+     * owned): trainer_train writes each step's figures into it, for
+     * commands that summarize steps themselves (maxbatch, bench). */
+    delta_step_stats *step_log;
     char err[1024];
 } trainer;
 

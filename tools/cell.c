@@ -1,0 +1,84 @@
+/* A measured training run (see cell.h). */
+#include "cell.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "progress.h"
+
+const char *cell_status_name(cell_status s) {
+    switch (s) {
+    case CELL_OK: return "ok";
+    case CELL_INFEASIBLE: return "infeasible";
+    default: return "failed";
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void cell_summarize(const delta_step_stats *steps, int64_t n,
+                    cell_result *r) {
+    r->steps = n;
+    r->step_s = r->swap_out_bytes = r->swap_in_bytes = 0;
+    r->recomputed_ops = r->drops = r->stall_s = 0;
+    r->peak_bytes = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (steps[i].peak_device_bytes > r->peak_bytes)
+            r->peak_bytes = steps[i].peak_device_bytes;
+    int64_t first = n / 3, m = n - first;
+    if (m <= 0) return;
+    double *t = malloc(sizeof *t * (size_t)m);
+    DELTA_ASSERT(t);
+    for (int64_t i = 0; i < m; i++) {
+        const delta_step_stats *s = &steps[first + i];
+        t[i] = s->step_s;
+        r->swap_out_bytes += (double)s->swap_out_bytes / (double)m;
+        r->swap_in_bytes += (double)s->swap_in_bytes / (double)m;
+        r->recomputed_ops += (double)s->recomputed_ops / (double)m;
+        r->drops += (double)s->drops / (double)m;
+        r->stall_s += s->stall_s / (double)m;
+    }
+    qsort(t, (size_t)m, sizeof *t, cmp_double);
+    r->step_s = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+    free(t);
+}
+
+delta_status cell_run(const train_config *c, cell_result *r) {
+    memset(r, 0, sizeof *r);
+    double t0 = progress_now();
+    trainer t;
+    delta_step_stats *log = calloc((size_t)(c->steps > 0 ? c->steps : 1),
+                                   sizeof *log);
+    delta_status st = log ? trainer_setup(&t, c) : DELTA_ERR_NOMEM;
+    if (!log) {
+        memset(&t, 0, sizeof t);
+        snprintf(t.err, sizeof t.err, "out of memory");
+    }
+    if (st == DELTA_OK) {
+        r->batch = t.shapes[0].batch;
+        r->seq_len = t.shapes[0].seq_len;
+        r->budget_bytes = t.budget_bytes;
+        r->baseline_peak_bytes = t.plan.peak_bytes;
+        r->min_budget_bytes = t.plan.min_budget_bytes;
+        t.step_log = log;
+        st = trainer_train(&t);
+        cell_summarize(log, t.result.steps_done, r);
+    }
+    /* A trace is completed whatever happened, so it opens. */
+    delta_status tst = trainer_close_trace(&t);
+    if (st == DELTA_OK) st = tst;
+    r->st = st;
+    if (st == DELTA_OK && r->step_s > 0)
+        r->samples_per_s = (double)r->batch / r->step_s;
+    r->status = st == DELTA_OK           ? CELL_OK
+                : st == DELTA_ERR_BUDGET ? CELL_INFEASIBLE
+                                         : CELL_FAILED;
+    if (st != DELTA_OK) snprintf(r->err, sizeof r->err, "%s", t.err);
+    trainer_free(&t);
+    free(log);
+    r->wall_s = progress_now() - t0;
+    return st;
+}
