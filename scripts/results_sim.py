@@ -22,7 +22,8 @@ profiles and tries its modes first; every policy is measured the same way,
 as in scripts/bench_policies.sh). The simulator is deterministic, so so is
 every figure here. Environment: STEPS (default 12), JOBS (parallel runs,
 default 2), RES (default 0.01), ONLY (a row key, for a quick look),
-RUN_TIMEOUT (seconds per run, default 300)."""
+RUN_TIMEOUT (seconds per run, default 300), MODE (render or maxbatch: see
+again())."""
 import concurrent.futures as cf
 import json
 import os
@@ -40,6 +41,7 @@ JOBS = int(os.environ.get("JOBS", "2"))
 RES = float(os.environ.get("RES", "0.01"))
 ONLY = os.environ.get("ONLY", "")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "300"))
+MODE = os.environ.get("MODE", "")
 
 PEERS = ["swap", "checkpoint", "dtr", "capuchin", "autoswap"]
 POLICIES = ["delta"] + PEERS
@@ -223,8 +225,27 @@ def gib(b):
     return f"{b / 2**30:.1f}"
 
 
+def again():
+    """MODE=render: the Markdown again from OUT_DIR/sim.json; MODE=maxbatch:
+    only the max-batch runs, merged into it (the rest is deterministic and
+    slow to measure again)."""
+    rows = [(m, d) for m in MODELS for d in DEVICES if not ONLY or m[0] == ONLY]
+    path = os.path.join(OUT, "sim.json")
+    data = json.load(open(path))
+    if MODE == "maxbatch" and has_maxbatch():
+        with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
+            futs = {f"{m[0]}@{d[0]}": pool.submit(maxbatch, m[2], d[0]) for m, d in rows
+                    if f"{m[0]}@{d[0]}" in data["rows"]}
+            for k, f in futs.items():
+                data["rows"][k]["maxbatch"] = f.result()
+        json.dump(data, open(path, "w"), indent=1)
+    write_md(rows, data, any("maxbatch" in e for e in data["rows"].values()))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    if MODE in ("render", "maxbatch"):
+        return again()
     rows = [(m, d) for m in MODELS for d in DEVICES if not ONLY or m[0] == ONLY]
     data = {"steps": STEPS, "res": RES, "rows": {}}
     pool = cf.ThreadPoolExecutor(max_workers=JOBS)
