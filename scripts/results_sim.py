@@ -22,7 +22,9 @@ profiles and tries its modes first; every policy is measured the same way,
 as in scripts/bench_policies.sh). The simulator is deterministic, so so is
 every figure here. Environment: STEPS (default 12), JOBS (parallel runs,
 default 2), RES (default 0.01), ONLY (a row key, for a quick look),
-RUN_TIMEOUT (seconds per run, default 300), MODE (render or maxbatch: see
+RUN_TIMEOUT (seconds of real time per run, default 150; a run still going
+then counts as failing its threshold), MB_TIMEOUT (per maxbatch search,
+default 900), MB_DEVICES (default a100-80g), MODE (render or maxbatch: see
 again())."""
 import concurrent.futures as cf
 import json
@@ -40,7 +42,9 @@ STEPS = int(os.environ.get("STEPS", "12"))
 JOBS = int(os.environ.get("JOBS", "2"))
 RES = float(os.environ.get("RES", "0.01"))
 ONLY = os.environ.get("ONLY", "")
-RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "300"))
+RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "150"))
+MB_TIMEOUT = float(os.environ.get("MB_TIMEOUT", "900"))
+MB_DEVICES = os.environ.get("MB_DEVICES", "a100-80g").split(",")
 MODE = os.environ.get("MODE", "")
 
 PEERS = ["swap", "checkpoint", "dtr", "capuchin", "autoswap"]
@@ -182,8 +186,11 @@ def has_maxbatch():
     return p.returncode == 0
 
 
-def maxbatch(args, gpu):
-    """`delta maxbatch` for keep and every policy; {policy: object}."""
+def maxbatch(args, gpu, policy):
+    """`delta maxbatch --policies keep,POLICY` (keep sets the throughput
+    floor and the ratio; it is fast, so each policy can run on its own, in
+    parallel with the others). Returns the policy's JSON object, or
+    {'status': 'timeout' | 'error', ...}."""
     fd, path = tempfile.mkstemp(suffix=".jsonl", dir=tmp)
     os.close(fd)
     # the model's own arguments, less --batch (maxbatch searches it)
@@ -196,16 +203,16 @@ def maxbatch(args, gpu):
         margs.append(args[i])
         i += 1
     cmd = [BIN, "maxbatch"] + margs + [
-        "--policies", ",".join(["keep"] + POLICIES), "--backend", "sim",
-        "--gpu", gpu, "--json", path]
+        "--policies", f"keep,{policy}", "--backend", "sim", "--gpu", gpu,
+        "--quiet", "--json", path]
     t0 = time.time()
     try:
         p = subprocess.run(cmd, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True,
-                           timeout=RUN_TIMEOUT * 4)
+                           timeout=MB_TIMEOUT)
         rc, err = p.returncode, p.stderr.strip()
     except subprocess.TimeoutExpired:
-        rc, err = -1, "timed out"
+        rc, err = -1, f"not finished in {MB_TIMEOUT:.0f} s of real time"
     out = {}
     if os.path.exists(path):
         for line in open(path):
@@ -215,10 +222,33 @@ def maxbatch(args, gpu):
                 if "policy" in d:
                     out[d["policy"]] = d
         os.unlink(path)
-    log(f"maxbatch {margs[1]} {gpu}: rc {rc}, {len(out)} policies, "
-        f"{time.time() - t0:.0f} s" + (f": {err.splitlines()[-1]}" if rc and err else ""))
-    return {"rc": rc, "cmd": " ".join(cmd[1:]).replace(path, "FILE"),
-            "by_policy": out}
+    r = out.get(policy) or {"status": "timeout" if rc == -1 else "error",
+                            "err": err.splitlines()[-1] if err else f"exit {rc}"}
+    r["wall_s"] = time.time() - t0
+    r["keep"] = out.get("keep")
+    r["cmd"] = " ".join(["delta"] + cmd[1:]).replace(path, "FILE")
+    log(f"maxbatch {margs[1]} {gpu} {policy}: " +
+        (f"{r.get('max_batch')} (x{r.get('ratio_to_keep')})" if "max_batch" in r else r["err"]) +
+        f", {r['wall_s']:.0f} s")
+    return r
+
+
+def run_maxbatch(pool, rows):
+    """{row key: {'by_policy': {policy: object}}} for the rows on
+    MB_DEVICES, the slowest (largest models) submitted first."""
+    futs = {}
+    for m, d in reversed(rows):
+        if d[0] in MB_DEVICES:
+            for p in POLICIES:
+                futs[(f"{m[0]}@{d[0]}", p)] = pool.submit(maxbatch, m[2], d[0], p)
+    res = {}
+    for (k, p), f in futs.items():
+        r = f.result()
+        e = res.setdefault(k, {"by_policy": {}})
+        e["by_policy"][p] = r
+        if r.get("keep"):
+            e["by_policy"]["keep"] = r["keep"]
+    return res
 
 
 def gib(b):
@@ -233,11 +263,12 @@ def again():
     path = os.path.join(OUT, "sim.json")
     data = json.load(open(path))
     if MODE == "maxbatch" and has_maxbatch():
+        t0 = time.time()
         with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
-            futs = {f"{m[0]}@{d[0]}": pool.submit(maxbatch, m[2], d[0]) for m, d in rows
-                    if f"{m[0]}@{d[0]}" in data["rows"]}
-            for k, f in futs.items():
-                data["rows"][k]["maxbatch"] = f.result()
+            for k, e in run_maxbatch(pool, rows).items():
+                data["rows"][k]["maxbatch"] = e
+        data["maxbatch_s"] = time.time() - t0
+        data["maxbatch_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
         json.dump(data, open(path, "w"), indent=1)
     write_md(rows, data, any("maxbatch" in e for e in data["rows"].values()))
 
@@ -261,22 +292,24 @@ def main():
                                   if r["rc"] == 0 else f"failed: {r['err']}"))
 
     # the searches, the why-table runs and maxbatch, all in the pool
+    # the largest models first (their delta searches are the long poles)
     sfuts, wfuts, mfuts = {}, {}, {}
-    for m, d in rows:
+    for m, d in reversed(rows):
         keep = keeps[(m[0], d[0])]
         if keep["rc"] != 0:
             continue
         for p in POLICIES:
             sfuts[(m[0], d[0], p)] = pool.submit(row_job, m[0], m[2], d[0], p, keep)
+    for m, d in rows:
+        keep = keeps[(m[0], d[0])]
+        if keep["rc"] != 0:
+            continue
         if d[0] == WHY_DEVICE:
             for frac in WHY_BUDGETS:
                 for p in ("delta", "autoswap", "dtr"):
                     wfuts[(m[0], frac, p)] = pool.submit(why_job, m[2], d[0], p, keep, frac)
     mb = has_maxbatch()
-    if mb:
-        for m, d in rows:
-            mfuts[(m[0], d[0])] = pool.submit(maxbatch, m[2], d[0])
-    else:
+    if not mb:
         log("this delta has no maxbatch command: the max-batch table is left out")
 
     for m, d in rows:
@@ -288,11 +321,17 @@ def main():
                 found, runs = sfuts[(m[0], d[0], p)].result()
                 entry["search"][p] = {str(t): v for t, v in found.items()}
                 entry["runs"][p] = {f"{f:.4f}": r for f, r in sorted(runs.items())}
-        if (m[0], d[0]) in mfuts:
-            entry["maxbatch"] = mfuts[(m[0], d[0])].result()
         data["rows"][key] = entry
     why = {f"{k}@{frac}@{p}": f.result() for (k, frac, p), f in wfuts.items()}
     data["why"] = why
+    data["sim_s"] = time.time() - t_start
+    data["sim_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start))
+    if mb:
+        t0 = time.time()
+        for k, e in run_maxbatch(pool, rows).items():
+            data["rows"][k]["maxbatch"] = e
+        data["maxbatch_s"] = time.time() - t0
+        data["maxbatch_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
     pool.shutdown()
     json.dump(data, open(os.path.join(OUT, "sim.json"), "w"), indent=1)
     write_md(rows, data, mb)
@@ -441,14 +480,20 @@ def write_md(rows, data, mb):
 
     w("## Maximum batch against keep\n")
     if not mb:
-        w("Not measured: this build of delta has no `maxbatch` command yet.\n")
+        w("Not measured: this build of delta has no `maxbatch` command.\n")
     else:
-        w("`delta maxbatch` (default --min-throughput 0.75: only batches at ≥ 0.75× keep's "
-          "samples/s at keep's largest batch count). Each cell: largest batch (× keep's). "
-          "Published DELTA ratios (../shared/REFERENCES.md): ResNet-50 ×2.04, ResNet-101 ×2.25, "
-          "GPT2-Large ×5.5, GPT2-XL ×6; BERT-Large: evaluated, no ratio given.\n")
+        devs = ", ".join(dict(DEVICES).get(g, g) for g in MB_DEVICES)
+        w(f"`delta maxbatch` on the simulated {devs}, each policy searched beside keep "
+          "(`--policies keep,P`, default `--min-throughput 0.75`: a batch counts only if its "
+          "samples/s reach 0.75× keep's at keep's largest batch; 12 steps per probe). Each cell: "
+          "largest batch (× keep's largest) and its samples/s (tokens are not counted: a GPT-2 or "
+          "BERT sample is one sequence). Published DELTA ratios (../shared/REFERENCES.md): "
+          "ResNet-50 ×2.04, ResNet-101 ×2.25, GPT2-Large ×5.5, GPT2-XL ×6; BERT-Large: evaluated, "
+          f"no ratio given. A search still going after {MB_TIMEOUT:.0f} s of real time is stopped "
+          "and says so.\n")
         w("| row | device | published | keep | " + " | ".join(POLICIES) + " |")
         w("|---|---|---|---|" + "---|" * len(POLICIES))
+        cmds = []
         for m, d in rows:
             e = data["rows"][f"{m[0]}@{d[0]}"].get("maxbatch")
             if not e:
@@ -459,14 +504,26 @@ def write_md(rows, data, mb):
                 x = bp.get(p)
                 if not x:
                     return "—"
+                if "max_batch" not in x:
+                    return ("not finished" if x.get("status") == "timeout"
+                            else f"error: {x.get('err', '')[:60]}")
                 r = x.get("ratio_to_keep")
-                return f"{x.get('max_batch')}" + (f" (×{r:.2f})" if isinstance(r, (int, float)) and p != "keep" else "")
+                sps = x.get("samples_per_s")
+                return (f"{x['max_batch']}" +
+                        (f" (×{r:.2f})" if isinstance(r, (int, float)) and p != "keep" else "") +
+                        (f", {sps:.1f}/s" if isinstance(sps, (int, float)) and x["max_batch"] else ""))
             pub = f"×{m[4]}" if m[4] else "—"
-            w(f"| {m[0]} | {d[1]} | {pub} | {cell('keep')} | " + " | ".join(cell(p) for p in POLICIES) + " |")
+            w(f"| {m[1]} {m[3].split(',')[0]} | {d[1]} | {pub} | {cell('keep')} | " +
+              " | ".join(cell(p) for p in POLICIES) + " |")
+            cmds += [x["cmd"] for x in bp.values() if "cmd" in x]
         w("")
-        cmds = sorted({e["maxbatch"]["cmd"] for e in data["rows"].values() if "maxbatch" in e})
         if cmds:
-            w("Commands (`delta maxbatch …`): " + "; ".join(f"`{c}`" for c in cmds[:2]) + " …\n")
+            w(f"For example: `{cmds[0]}`.\n")
+    if "sim_at" in data:
+        w(f"The simulated figures above were measured from {data['sim_at']} in "
+          f"{data['sim_s'] / 60:.0f} minutes" +
+          (f"; the max-batch searches from {data['maxbatch_at']} in {data['maxbatch_s'] / 60:.0f} minutes"
+           if "maxbatch_at" in data else "") + ".\n")
     open(os.path.join(OUT, "sim.md"), "w").write("\n".join(o) + "\n")
 
 
