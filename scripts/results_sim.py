@@ -26,6 +26,7 @@ RUN_TIMEOUT (seconds of real time per run, default 150; a run still going
 then counts as failing its threshold), MB_TIMEOUT (per maxbatch search,
 default 900), MB_DEVICES (default a100-80g), MODE (render or maxbatch: see
 again())."""
+import collections
 import concurrent.futures as cf
 import json
 import os
@@ -457,6 +458,7 @@ def write_md(rows, data, mb):
       "the transfers delta swaps, where it cannot it recomputes.\n")
     w("| row | budget | swapped out GiB | dropped GiB | stall s | recompute s | delta | autoswap (swap only) | dtr (recompute only) |")
     w("|---|---|---|---|---|---|---|---|---|")
+    tally = collections.Counter()
     for m, d in rows:
         if d[0] != WHY_DEVICE:
             continue
@@ -467,6 +469,7 @@ def write_md(rows, data, mb):
             r = {p: data["why"].get(f"{m[0]}@{frac}@{p}") for p in ("delta", "autoswap", "dtr")}
             ov = {p: (f"{r[p]['step_s'] / keep['step_s']:.2f}×" if r[p] and r[p]["rc"] == 0
                       else "refused" if r[p] and r[p]["rc"] == 3 else
+                      "not measured (over the time limit)" if r[p] and r[p]["rc"] == -1 else
                       f"failed ({r[p]['err'][:40]})" if r[p] else "")
                   for p in r}
             dr = r["delta"]
@@ -476,7 +479,18 @@ def write_md(rows, data, mb):
             else:
                 mix = "| | |"
             w(f"| {m[0]} | {frac:.0%} | {mix} | {ov['delta']} | {ov['autoswap']} | {ov['dtr']} |")
+            if dr and dr["rc"] == 0:
+                tally["n"] += 1
+                tally["both"] += dr["swap_out"] > 0 and dr["dropped"] > 0
+                tally["le_both"] += all(not (r[p] and r[p]["rc"] == 0) or
+                                        dr["step_s"] <= r[p]["step_s"] + 1e-12
+                                        for p in ("autoswap", "dtr"))
+                tally["only"] += sum(1 for p in ("autoswap", "dtr") if r[p] and r[p]["rc"] != 0)
     w("")
+    w(f"Of the {tally['n']} cells delta ran, it both swapped and dropped in {tally['both']}, and was "
+      f"at least as fast as the swap-only and the recompute-only peer in {tally['le_both']}; "
+      f"in {tally['only']} cells one of those peers could not run the budget at all (refused: "
+      "dtr cannot move parameters, gradients or optimizer state, which exceed the budget there).\n")
 
     w("## Maximum batch against keep\n")
     if not mb:
