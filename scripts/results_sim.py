@@ -181,6 +181,18 @@ def why_job(args, gpu, policy, keep, frac):
     return train(args + ["--gpu", gpu], policy, round(frac * keep["baseline_peak"]))
 
 
+def device_info():
+    """{preset: (description, memory bytes)} from `delta train --gpu help`."""
+    p = subprocess.run([BIN, "train", "--gpu", "help"], capture_output=True, text=True)
+    info = {}
+    for line in (p.stdout + p.stderr).splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and "GiB" in parts[1]:
+            gibs = float(parts[1].split("; ", 1)[1].split(" GiB")[0])
+            info[parts[0]] = (parts[1].strip(), int(gibs * 2**30))
+    return info
+
+
 def has_maxbatch():
     p = subprocess.run([BIN, "maxbatch", "--help"], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
@@ -415,12 +427,20 @@ def write_md(rows, data, mb):
       f"shape, {STEPS} steps per run, a run's step time the median over the steps after the first "
       "third. The unconstrained peak is keep's (the dry plan's lifetime-planned arena: parameters, "
       "gradients, optimizer state, inputs, activations and workspace all count).\n")
+    devs = device_info()
+    for g, name in DEVICES:
+        if g in devs:
+            w(f"- {name} (`--gpu {g}`): {devs[g][0]}")
+    w("")
     w("| row | model | configuration | device | keep s/step | unconstrained peak |")
     w("|---|---|---|---|---|---|")
     for m, d in rows:
         k = data["rows"][f"{m[0]}@{d[0]}"]["keep"]
-        cell = (f"{k['step_s']:.4f} | {gib(k['peak'])} GiB" if k["rc"] == 0
-                else f"failed | {k['err']}")
+        over = k["rc"] == 0 and d[0] in devs and k["peak"] > devs[d[0]][1]
+        cell = (f"{k['step_s']:.4f} | {gib(k['peak'])} GiB" +
+                (" (over the device: keep needs more than it has; the simulator "
+                 "runs it anyway, as on a slightly larger device)" if over else "")
+                if k["rc"] == 0 else f"failed | {k['err']}")
         w(f"| {m[0]} | {m[1]} | {m[3]} | {d[1]} | {cell} |")
     w("")
     w("## Memory saved at a bounded overhead\n")
