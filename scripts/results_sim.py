@@ -24,7 +24,7 @@ every figure here. Environment: STEPS (default 12), JOBS (parallel runs,
 default 2), RES (default 0.01), ONLY (a row key, for a quick look),
 RUN_TIMEOUT (seconds of real time per run, default 150; a run still going
 then counts as failing its threshold), MB_TIMEOUT (per maxbatch search,
-default 900), MB_DEVICES (default a100-80g), MODE (render or maxbatch: see
+default 900), MB_DEVICES (default a100-80g), MB_RESUME (see run_maxbatch), MODE (render or maxbatch: see
 again())."""
 import collections
 import concurrent.futures as cf
@@ -246,22 +246,38 @@ def maxbatch(args, gpu, policy):
     return r
 
 
-def run_maxbatch(pool, rows):
-    """{row key: {'by_policy': {policy: object}}} for the rows on
-    MB_DEVICES, the smallest models first (the largest may not finish)."""
+def run_maxbatch(pool, rows, data, path):
+    """Max batch of every policy on the rows on MB_DEVICES, the smallest
+    models first (the largest may not finish), into data["rows"][row]
+    ["maxbatch"]["by_policy"]; data goes to path after each search, so an
+    interrupted run keeps what it measured. With MB_RESUME=1 a search
+    already in data is not run again."""
+    t0 = time.time()
+    if not (os.environ.get("MB_RESUME") and "maxbatch_at" in data):
+        data["maxbatch_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
+        data["maxbatch_s"] = 0
+        for e in data["rows"].values():
+            e.pop("maxbatch", None)
+    spent = data["maxbatch_s"]
     futs = {}
     for m, d in rows:
-        if d[0] in MB_DEVICES:
-            for p in POLICIES:
-                futs[(f"{m[0]}@{d[0]}", p)] = pool.submit(maxbatch, m[2], d[0], p)
-    res = {}
-    for (k, p), f in futs.items():
+        k = f"{m[0]}@{d[0]}"
+        if d[0] not in MB_DEVICES or k not in data["rows"]:
+            continue
+        done = data["rows"][k].get("maxbatch", {}).get("by_policy", {})
+        for p in POLICIES:
+            if p not in done:
+                futs[pool.submit(maxbatch, m[2], d[0], p)] = (k, p)
+    for f in cf.as_completed(futs):
+        k, p = futs[f]
         r = f.result()
-        e = res.setdefault(k, {"by_policy": {}})
-        e["by_policy"][p] = r
+        bp = data["rows"][k].setdefault("maxbatch", {"by_policy": {}})["by_policy"]
+        bp[p] = r
         if r.get("keep"):
-            e["by_policy"]["keep"] = r["keep"]
-    return res
+            bp["keep"] = r["keep"]
+        data["maxbatch_s"] = spent + time.time() - t0
+        json.dump(data, open(path + ".tmp", "w"), indent=1)
+        os.replace(path + ".tmp", path)
 
 
 def gib(b):
@@ -276,13 +292,8 @@ def again():
     path = os.path.join(OUT, "sim.json")
     data = json.load(open(path))
     if MODE == "maxbatch" and has_maxbatch():
-        t0 = time.time()
         with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
-            for k, e in run_maxbatch(pool, rows).items():
-                data["rows"][k]["maxbatch"] = e
-        data["maxbatch_s"] = time.time() - t0
-        data["maxbatch_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
-        json.dump(data, open(path, "w"), indent=1)
+            run_maxbatch(pool, rows, data, path)
     write_md(rows, data, any("maxbatch" in e for e in data["rows"].values()))
 
 
@@ -339,14 +350,11 @@ def main():
     data["why"] = why
     data["sim_s"] = time.time() - t_start
     data["sim_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start))
+    path = os.path.join(OUT, "sim.json")
+    json.dump(data, open(path, "w"), indent=1)
     if mb:
-        t0 = time.time()
-        for k, e in run_maxbatch(pool, rows).items():
-            data["rows"][k]["maxbatch"] = e
-        data["maxbatch_s"] = time.time() - t0
-        data["maxbatch_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
+        run_maxbatch(pool, rows, data, path)
     pool.shutdown()
-    json.dump(data, open(os.path.join(OUT, "sim.json"), "w"), indent=1)
     write_md(rows, data, mb)
     log(f"done in {time.time() - t_start:.0f} s")
 
