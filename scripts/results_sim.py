@@ -253,21 +253,26 @@ def run_maxbatch(pool, rows, data, path):
     interrupted run keeps what it measured. With MB_RESUME=1 a search
     already in data is not run again."""
     t0 = time.time()
+    data["mb_timeout"] = MB_TIMEOUT
     if not (os.environ.get("MB_RESUME") and "maxbatch_at" in data):
         data["maxbatch_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))
         data["maxbatch_s"] = 0
         for e in data["rows"].values():
             e.pop("maxbatch", None)
     spent = data["maxbatch_s"]
+    # MB_FIRST=row,row...: those rows first, delta before the peers in them
+    first = [r for r in os.environ.get("MB_FIRST", "").split(",") if r]
+    order = sorted(((m, d, p) for m, d in rows for p in POLICIES),
+                   key=lambda x: (x[0][0] not in first,
+                                  first.index(x[0][0]) if x[0][0] in first else 0,
+                                  x[2] != "delta" if x[0][0] in first else 0))
     futs = {}
-    for m, d in rows:
+    for m, d, p in order:
         k = f"{m[0]}@{d[0]}"
         if d[0] not in MB_DEVICES or k not in data["rows"]:
             continue
-        done = data["rows"][k].get("maxbatch", {}).get("by_policy", {})
-        for p in POLICIES:
-            if p not in done:
-                futs[pool.submit(maxbatch, m[2], d[0], p)] = (k, p)
+        if p not in data["rows"][k].get("maxbatch", {}).get("by_policy", {}):
+            futs[pool.submit(maxbatch, m[2], d[0], p)] = (k, p)
     for f in cf.as_completed(futs):
         k, p = futs[f]
         r = f.result()
@@ -537,24 +542,28 @@ def write_md(rows, data, mb):
           "largest batch (× keep's largest) and its samples/s (tokens are not counted: a GPT-2 or "
           "BERT sample is one sequence). Published DELTA ratios (../shared/REFERENCES.md): "
           "ResNet-50 ×2.04, ResNet-101 ×2.25, GPT2-Large ×5.5, GPT2-XL ×6; BERT-Large: evaluated, "
-          f"no ratio given. A search still going after {MB_TIMEOUT:.0f} s of real time is stopped "
-          "and says so.\n")
+          f"no ratio given. \"none (throughput)\": no batch reaches the floor. A search still going "
+          f"after {data.get('mb_timeout', MB_TIMEOUT):.0f} s of real time is stopped "
+          "and says so (\"not finished\"); \"not run\": the run ended before this search started "
+          "(`MB_RESUME=1 MODE=maxbatch scripts/results_sim.py build/delta build/results` goes on "
+          "from there).\n")
         w("| row | device | published | keep | " + " | ".join(POLICIES) + " |")
         w("|---|---|---|---|" + "---|" * len(POLICIES))
         cmds = []
         for m, d in rows:
-            e = data["rows"][f"{m[0]}@{d[0]}"].get("maxbatch")
-            if not e:
+            if d[0] not in MB_DEVICES:
                 continue
-            bp = e["by_policy"]
+            bp = data["rows"][f"{m[0]}@{d[0]}"].get("maxbatch", {}).get("by_policy", {})
 
             def cell(p):
                 x = bp.get(p)
                 if not x:
-                    return "—"
+                    return "not run"
                 if "max_batch" not in x:
                     return ("not finished" if x.get("status") == "timeout"
                             else f"error: {x.get('err', '')[:60]}")
+                if x["max_batch"] == 0:
+                    return f"none ({x.get('limited_by', x.get('status'))})"
                 r = x.get("ratio_to_keep")
                 sps = x.get("samples_per_s")
                 return (f"{x['max_batch']}" +
