@@ -49,6 +49,14 @@ part loss scripts/results_loss.sh "$bin" "$out" docs/img
     echo "quoted from ../shared/REFERENCES.md. The simulated figures are deterministic; the cpu ones"
     echo "(step times) are noisy, since the cores are shared."
     echo
+    echo "Reading the tables: overhead is a run's median steady step over keep's with the whole"
+    echo "unconstrained peak; the budget bounds everything a step holds (parameters, gradients,"
+    echo "optimizer state, inputs, activations, workspace), so where the persistent state is most of"
+    echo "the peak (GPT-2 XL at batch 1 with AdamW) a policy that only drops activations cannot go far"
+    echo "below it. The published figures come from the authors' prototype on real GPUs against their"
+    echo "own baselines; the simulator's are against keep on the same simulated device, so they are"
+    echo "set side by side, not equated. Policies are described in docs/POLICIES.md."
+    echo
     for f in sim.md memory.md loss.md; do
         if [ -s "$out/$f" ]; then cat "$out/$f"; else echo "($f: this part did not run; see the output of make results)"; fi
         echo
