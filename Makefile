@@ -139,7 +139,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan bench-cuda test-cuda
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan bench-cuda test-cuda results
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -254,6 +254,13 @@ test-cuda: deps-check
 bench-cuda:
 	@$(MAKE) --no-print-directory CUDA=1 tool
 	@scripts/bench_cuda.sh $(BUILD)/delta
+
+# docs/RESULTS.md from measurements: the papers' figures on sim, PyTorch's
+# saved activations beside the simulator's, loss curves on the cpu.
+results:
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory tool
+	@scripts/results.sh $(BUILD)/delta
 
 clean:
 	rm -rf build

@@ -149,15 +149,16 @@ static void test_budget_errors(void) {
 
 static const char *step_fields[] = {
     "step", "loss", "step_s", "peak_device_bytes", "swap_out_bytes",
-    "swap_in_bytes", "swap_outs", "swap_ins", "drops", "recomputed_ops",
-    "recompute_s", "stall_s", "defrag_moves", "baseline_peak_bytes",
-    "min_budget_bytes", "budget_bytes", NULL,
+    "swap_in_bytes", "swap_outs", "swap_ins", "drops", "dropped_bytes",
+    "recomputed_ops", "recompute_s", "stall_s", "defrag_moves",
+    "baseline_peak_bytes", "min_budget_bytes", "budget_bytes", NULL,
 };
 static const char *summary_fields[] = {
     "model", "batch", "steps", "backend", "gpu", "policy", "budget_bytes",
     "peak_device_bytes", "baseline_peak_bytes", "min_budget_bytes",
     "swap_out_bytes", "swap_in_bytes", "swap_outs", "swap_ins", "drops",
-    "recomputed_ops", "recompute_s", "stall_s", "defrag_moves",
+    "dropped_bytes", "recomputed_ops", "recompute_s", "stall_s",
+    "defrag_moves",
     "median_step_s", "final_loss", "plan_s", "plan_max_s", "shapes", NULL,
 };
 
@@ -308,7 +309,7 @@ static void test_dtr_in_budget(void) {
     const cJSON *s = n == 3 ? check_log("dtr", objs, n, 2, false) : NULL;
     if (s) {
         double budget = num(s, "budget_bytes"), peak = 0, drops = 0,
-               swaps = 0, recomputed = 0, recompute_s = 0;
+               dropped = 0, swaps = 0, recomputed = 0, recompute_s = 0;
         CHECK(!strcmp(str(s, "policy"), "dtr"), "summary policy '%s'",
               str(s, "policy"));
         CHECK(num(s, "peak_device_bytes") <= budget,
@@ -332,18 +333,22 @@ static void test_dtr_in_budget(void) {
                   "step %d: the dry plan's figures differ", i + 1);
             peak = fmax(peak, num(objs[i], "peak_device_bytes"));
             drops += num(objs[i], "drops");
+            dropped += num(objs[i], "dropped_bytes");
             swaps += num(objs[i], "swap_outs");
             recomputed += num(objs[i], "recomputed_ops");
             recompute_s += num(objs[i], "recompute_s");
         }
         CHECK(num(s, "peak_device_bytes") == peak && num(s, "drops") == drops
-                  && num(s, "swap_outs") == swaps &&
+                  && num(s, "dropped_bytes") == dropped &&
+                  num(s, "swap_outs") == swaps &&
                   num(s, "recomputed_ops") == recomputed &&
                   fabs(num(s, "recompute_s") - recompute_s) <= 1e-9,
               "the summary is not the steps' totals");
         /* below the keep peak (the max-live bound is within 0.5% of it),
          * something must leave the device */
         CHECK(drops + swaps > 0, "dtr evicted nothing at 70%%");
+        CHECK((drops > 0) == (dropped > 0), "%.0f drops of %.0f bytes", drops,
+              dropped);
     }
     for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
 }
@@ -752,6 +757,12 @@ static void test_plan(void) {
         CHECK(peak > 0 && minb > 0 && minb <= peak, "%s: peak %.0f min %.0f",
               models[i], peak, minb);
         CHECK(num(p, "max_live_bytes") <= peak);
+        /* what forward leaves for backward: some, and no more than all
+           activations */
+        double saved = num(p, "saved_for_backward_bytes");
+        CHECK(saved > 0 && saved <= num(p, "activation_bytes"),
+              "%s: saved %.0f of %.0f", models[i], saved,
+              num(p, "activation_bytes"));
         cJSON_Delete(objs[0]);
     }
     const char *bad[] = {"plan", "--model", "nope", NULL};

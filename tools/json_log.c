@@ -74,6 +74,7 @@ bool json_log_step(json_log *l, int64_t step, double loss,
     cJSON_AddNumberToObject(o, "swap_outs", st->swap_outs);
     cJSON_AddNumberToObject(o, "swap_ins", st->swap_ins);
     cJSON_AddNumberToObject(o, "drops", st->drops);
+    cJSON_AddNumberToObject(o, "dropped_bytes", (double)st->dropped_bytes);
     cJSON_AddNumberToObject(o, "recomputed_ops", st->recomputed_ops);
     cJSON_AddNumberToObject(o, "recompute_s", st->recompute_s);
     cJSON_AddNumberToObject(o, "stall_s", st->stall_s);

@@ -1,8 +1,8 @@
 /* The --json log: one JSON object a line (JSON Lines), written with cJSON.
  * Each training step adds {"step", "loss", "step_s", "peak_device_bytes",
  * "live_peak_bytes", "swap_out_bytes", "swap_in_bytes", "swap_outs",
- * "swap_ins", "drops", "recomputed_ops", "recompute_s", "stall_s",
- * "defrag_moves", "defrag_bytes", "baseline_peak_bytes",
+ * "swap_ins", "drops", "dropped_bytes", "recomputed_ops", "recompute_s",
+ * "stall_s", "defrag_moves", "defrag_bytes", "baseline_peak_bytes",
  * "min_budget_bytes", "budget_bytes", "replayed"}, the session's figures
  * of that step (delta_step_stats; the dry-plan figures are of that step's
  * shape), and its shape {"batch", "seq_len" (language models only)}; the

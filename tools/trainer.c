@@ -763,6 +763,7 @@ static void add_step(train_result *r, const delta_step_stats *s) {
     r->swap_outs += s->swap_outs;
     r->swap_ins += s->swap_ins;
     r->drops += s->drops;
+    r->dropped_bytes += s->dropped_bytes;
     r->recomputed_ops += s->recomputed_ops;
     r->recompute_s += s->recompute_s;
     r->stall_s += s->stall_s;
@@ -1048,6 +1049,7 @@ static void add_policy_totals(cJSON *s, const train_result *r) {
     cJSON_AddNumberToObject(s, "swap_outs", (double)r->swap_outs);
     cJSON_AddNumberToObject(s, "swap_ins", (double)r->swap_ins);
     cJSON_AddNumberToObject(s, "drops", (double)r->drops);
+    cJSON_AddNumberToObject(s, "dropped_bytes", (double)r->dropped_bytes);
     cJSON_AddNumberToObject(s, "recomputed_ops", (double)r->recomputed_ops);
     cJSON_AddNumberToObject(s, "recompute_s", r->recompute_s);
     cJSON_AddNumberToObject(s, "stall_s", r->stall_s);
@@ -1221,6 +1223,29 @@ void trainer_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* Bytes of the activations the forward pass leaves for backward: roots
+ * produced by a forward op and still alive at the first backward op (what
+ * PyTorch's saved_tensors_hooks would see, less parameters and inputs);
+ * scripts/validate_memory.py compares it with PyTorch's. */
+static size_t saved_for_backward_bytes(const delta_ctx *ctx) {
+    int n_ops = delta_ctx_n_ops(ctx), bwd0 = n_ops;
+    for (int i = 0; i < n_ops && bwd0 == n_ops; i++) {
+        delta_op_info oi;
+        delta_ctx_op_info(ctx, i, &oi);
+        if (oi.phase != DELTA_PHASE_FORWARD) bwd0 = i;
+    }
+    int n = delta_dry_plan_trace(ctx, NULL, 0);
+    delta_dry_block *b = n > 0 ? malloc((size_t)n * sizeof *b) : NULL;
+    size_t sum = 0;
+    if (b && delta_dry_plan_trace(ctx, b, n) == n)
+        for (int i = 0; i < n; i++)
+            if (b[i].kind == DELTA_KIND_ACTIVATION && b[i].op >= 0 &&
+                b[i].op < bwd0 && b[i].last >= bwd0)
+                sum += b[i].size;
+    free(b);
+    return sum;
+}
+
 delta_status trainer_print_plan(trainer *t) {
     const delta_dry_plan *p = &t->plan;
     const delta_model_config *m = &t->model.cfg;
@@ -1253,6 +1278,8 @@ delta_status trainer_print_plan(trainer *t) {
     cJSON_AddNumberToObject(s, "state_bytes", (double)(p->state_bytes + p->const_bytes));
     cJSON_AddNumberToObject(s, "input_bytes", (double)p->input_bytes);
     cJSON_AddNumberToObject(s, "activation_bytes", (double)p->activation_bytes);
+    cJSON_AddNumberToObject(s, "saved_for_backward_bytes",
+                            (double)saved_for_backward_bytes(t->ctx));
     cJSON_AddNumberToObject(s, "baseline_peak_bytes", (double)p->peak_bytes);
     cJSON_AddNumberToObject(s, "max_live_bytes", (double)p->max_live_bytes);
     cJSON_AddNumberToObject(s, "min_budget_bytes", (double)p->min_budget_bytes);

@@ -102,7 +102,7 @@ typedef struct train_result {
     double train_s;             /* wall seconds of the training loop */
     size_t peak_device_bytes;   /* max over the steps */
     /* What the policy did, summed over the steps: */
-    size_t swap_out_bytes, swap_in_bytes, defrag_bytes;
+    size_t swap_out_bytes, swap_in_bytes, dropped_bytes, defrag_bytes;
     int64_t swap_outs, swap_ins, drops, recomputed_ops, defrag_moves;
     double recompute_s, stall_s;
     double units_per_s;         /* samples/s (images) or tokens/s */

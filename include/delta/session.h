@@ -66,6 +66,7 @@ typedef struct delta_step_stats {
     size_t swap_out_bytes, swap_in_bytes;   /* bytes copied each way */
     int swap_outs, swap_ins;     /* copies each way */
     int drops;                   /* activations dropped */
+    size_t dropped_bytes;        /* their bytes (released to recompute) */
     int recomputed_ops;          /* kernels run again */
     double recompute_s;          /* compute time spent on them */
     double stall_s;              /* compute waiting for data: in-flight or

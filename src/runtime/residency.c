@@ -486,6 +486,7 @@ bool managed_drop(managed *m, int r) {
     pool_give(m, m->off[r], r);
     m->rv[r].state = RES_DROPPED;
     m->st.drops++;
+    m->st.dropped_bytes += m->rv[r].bytes;
     if (m->trace)
         delta_trace_instant(m->trace, DELTA_TRACK_COMPUTE, tname(m, r), "drop",
                             now(m));
