@@ -1,9 +1,41 @@
-/* How pooling and batch-norm kernels view their tensors: shared by the CPU
- * kernels and the CUDA ones, so both read the same geometry from an op. */
+/* How matmul, pooling and batch-norm kernels view their tensors: shared by
+ * the CPU kernels and the CUDA ones, so both read the same geometry from an
+ * op. */
 #ifndef DELTA_KERNEL_SHAPES_H
 #define DELTA_KERNEL_SHAPES_H
 
 #include "graph/graph_impl.h"
+
+/* matmul's C (batch.., M, N) = alpha op(A) op(B): A (batch.., M, K) or its
+ * transpose, B (batch.., K, N), (K, N) broadcast over the batch, or their
+ * transposes; row strides lda, ldb and per-batch strides sa, sb (0: B is
+ * broadcast), sc. */
+typedef struct matmul_geom {
+    int64_t m, n, k, batch, lda, ldb, sa, sb, sc;
+    bool ta, tb;
+    bool b_2d;  /* B is 2-D (broadcast over the batch) */
+} matmul_geom;
+
+static inline matmul_geom matmul_geom_of(const delta_op *op,
+                                         const delta_tensor *a,
+                                         const delta_tensor *b) {
+    matmul_geom g;
+    g.ta = op->a.trans_a != 0;
+    g.tb = op->a.trans_b != 0;
+    int an = a->ndim, bn = b->ndim;
+    g.m = g.ta ? a->shape[an - 1] : a->shape[an - 2];
+    g.k = g.ta ? a->shape[an - 2] : a->shape[an - 1];
+    g.n = g.tb ? b->shape[bn - 2] : b->shape[bn - 1];
+    g.batch = 1;
+    for (int i = 0; i < an - 2; i++) g.batch *= a->shape[i];
+    g.lda = g.ta ? g.m : g.k;
+    g.ldb = g.tb ? g.k : g.n;
+    g.b_2d = bn == 2;
+    g.sa = g.m * g.k;
+    g.sb = bn > 2 ? g.k * g.n : 0;
+    g.sc = g.m * g.n;
+    return g;
+}
 
 typedef struct pool_geom {
     int64_t planes, h, w, p, q;

@@ -2,6 +2,7 @@
  * the batch), linear (x w^T + bias as one GEMM over all rows) and
  * sum_leading (the bias gradient of linear). */
 #include "backend/cpu/kernels.h"
+#include "backend/kernel_shapes.h"
 #include "delta/cpu.h"
 
 /* Batched products with fewer flops than this each run one GEMM per thread
@@ -11,42 +12,32 @@
 #define SMALL_GEMM_FLOPS ((double)(1 << 23))
 
 void delta_k_matmul(const delta_kargs *k) {
-    const delta_op *op = k->op;
-    const delta_tensor *at = k->in_t[0], *bt = k->in_t[1];
+    const matmul_geom g = matmul_geom_of(k->op, k->in_t[0], k->in_t[1]);
     const float *a = k->in[0], *b = k->in[1];
     float *c = k->out[0];
-    bool ta = op->a.trans_a != 0, tb = op->a.trans_b != 0;
-    float alpha = op->a.alpha;
-    int an = at->ndim, bn = bt->ndim;
-    int64_t m = ta ? at->shape[an - 1] : at->shape[an - 2];
-    int64_t kk = ta ? at->shape[an - 2] : at->shape[an - 1];
-    int64_t n = tb ? bt->shape[bn - 2] : bt->shape[bn - 1];
-    int64_t batch = 1;
-    for (int i = 0; i < an - 2; i++) batch *= at->shape[i];
-    int64_t lda = ta ? m : kk, ldb = tb ? kk : n;
-    int64_t sa = m * kk, sb = bn > 2 ? kk * n : 0, sc = m * n;
+    float alpha = k->op->a.alpha;
 
-    if (batch == 1 || (bn == 2 && !ta)) {
+    if (g.batch == 1 || (g.b_2d && !g.ta)) {
         /* One GEMM: a batched, untransposed a is (batch*M, K). */
-        delta_gemm(ta, tb, batch * m, n, kk, alpha, a, lda, b, ldb, 0.0f, c,
-                   n);
+        delta_gemm(g.ta, g.tb, g.batch * g.m, g.n, g.k, alpha, a, g.lda, b,
+                   g.ldb, 0.0f, c, g.n);
         return;
     }
-    if (2.0 * (double)m * (double)n * (double)kk < SMALL_GEMM_FLOPS) {
+    if (2.0 * (double)g.m * (double)g.n * (double)g.k < SMALL_GEMM_FLOPS) {
         int nt = delta_cpu_threads();
         (void)nt;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
-        for (int64_t i = 0; i < batch; i++)
-            delta_gemm_builtin_serial(ta, tb, m, n, kk, alpha, a + i * sa,
-                                      lda, b + i * sb, ldb, 0.0f, c + i * sc,
-                                      n);
+        for (int64_t i = 0; i < g.batch; i++)
+            delta_gemm_builtin_serial(g.ta, g.tb, g.m, g.n, g.k, alpha,
+                                      a + i * g.sa, g.lda, b + i * g.sb,
+                                      g.ldb, 0.0f, c + i * g.sc, g.n);
         return;
     }
-    for (int64_t i = 0; i < batch; i++)
-        delta_gemm(ta, tb, m, n, kk, alpha, a + i * sa, lda, b + i * sb, ldb,
-                   0.0f, c + i * sc, n);
+    for (int64_t i = 0; i < g.batch; i++)
+        delta_gemm(g.ta, g.tb, g.m, g.n, g.k, alpha, a + i * g.sa, g.lda,
+                   b + i * g.sb, g.ldb, 0.0f, c + i * g.sc, g.n);
 }
 
 void delta_k_linear(const delta_kargs *k) {

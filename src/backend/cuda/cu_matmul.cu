@@ -9,6 +9,7 @@
  * row-major C = op(A) op(B) is computed as the column-major
  * C^T = op(B)^T op(A)^T: the operands swap places, and m and n swap. */
 #include "backend/cuda/cu_common.cuh"
+#include "backend/kernel_shapes.h"
 
 void delta_cu_gemm(const delta_cuda_kctx *c, bool ta, bool tb, int64_t m,
                    int64_t n, int64_t k, float alpha, const float *a,
@@ -34,25 +35,16 @@ void delta_cu_gemm(const delta_cuda_kctx *c, bool ta, bool tb, int64_t m,
 }
 
 void delta_cu_matmul(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const delta_op *op = k->op;
-    const delta_tensor *at = k->in_t[0], *bt = k->in_t[1];
-    bool ta = op->a.trans_a != 0, tb = op->a.trans_b != 0;
-    int an = at->ndim, bn = bt->ndim;
-    int64_t m = ta ? at->shape[an - 1] : at->shape[an - 2];
-    int64_t kk = ta ? at->shape[an - 2] : at->shape[an - 1];
-    int64_t n = tb ? bt->shape[bn - 2] : bt->shape[bn - 1];
-    int64_t batch = 1;
-    for (int i = 0; i < an - 2; i++) batch *= at->shape[i];
-    int64_t lda = ta ? m : kk, ldb = tb ? kk : n;
+    const matmul_geom g = matmul_geom_of(k->op, k->in_t[0], k->in_t[1]);
     const float *a = (const float *)k->in[0], *b = (const float *)k->in[1];
     float *y = (float *)k->out[0];
-    if (batch == 1 || (bn == 2 && !ta)) { /* (batch*M, K) . B */
-        delta_cu_gemm(c, ta, tb, batch * m, n, kk, op->a.alpha, a, lda, 0, b,
-                      ldb, 0, 0.0f, y, n, 0, 1);
+    if (g.batch == 1 || (g.b_2d && !g.ta)) { /* (batch*M, K) . B */
+        delta_cu_gemm(c, g.ta, g.tb, g.batch * g.m, g.n, g.k, k->op->a.alpha,
+                      a, g.lda, 0, b, g.ldb, 0, 0.0f, y, g.n, 0, 1);
         return;
     }
-    delta_cu_gemm(c, ta, tb, m, n, kk, op->a.alpha, a, lda, m * kk, b, ldb,
-                  bn > 2 ? kk * n : 0, 0.0f, y, n, m * n, batch);
+    delta_cu_gemm(c, g.ta, g.tb, g.m, g.n, g.k, k->op->a.alpha, a, g.lda, g.sa,
+                  b, g.ldb, g.sb, 0.0f, y, g.n, g.sc, g.batch);
 }
 
 __global__ static void bias_rows_k(float *y, const float *bias, int64_t rows,
