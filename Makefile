@@ -47,24 +47,37 @@ HAVE_BLAS := $(if $(NO_BLAS),,$(call probe,cblas.h,-lopenblas))
 HAVE_ZLIB := $(call probe,zlib.h,-lz)
 HAVE_CJSON := $(call probe,cjson/cJSON.h,-lcjson)
 NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+# nvcc alone is not enough: the runtime's and cuBLAS's headers and libraries
+# must be there too (a machine may carry nvcc without them). CUDA_INC and
+# CUDA_LIB are looked for beside nvcc, then in /usr/local/cuda; the probe
+# builds and links a C program against them.
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_INC := $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard \
+  $(addsuffix /cuda_runtime.h,$(CUDA_HOME)/include $(CUDA_HOME)/targets/x86_64-linux/include \
+  /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include))))
+CUDA_LIB := $(patsubst %/libcudart.so,%,$(firstword $(wildcard \
+  $(addsuffix /libcudart.so,$(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib \
+  /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/$(shell $(CC) -print-multiarch)))))
+CUDA_USABLE := $(if $(filter 0,$(CUDA)),,$(if $(and $(NVCC),$(CUDA_INC),$(CUDA_LIB)),$(call probe,cuda_runtime.h -include cublas_v2.h,-I$(CUDA_INC) -L$(CUDA_LIB) -lcublas -lcudart),))
 
-# The CUDA backend (docs/CUDA.md): built whenever nvcc is found; CUDA=0
-# leaves it out, CUDA=1 requires it. Sanitizer builds leave it out unless
-# CUDA=1 (the CUDA runtime and ASan/TSan do not mix). Without it the build
-# is unchanged and --backend cuda says it was built without CUDA.
+# The CUDA backend (docs/CUDA.md): built whenever nvcc and a usable CUDA
+# runtime are found; CUDA=0 leaves it out, CUDA=1 requires it. Sanitizer
+# builds leave it out unless CUDA=1 (the CUDA runtime and ASan/TSan do not
+# mix). Without it the build is unchanged and --backend cuda says it was
+# built without CUDA.
 SAN_NO_CUDA := $(if $(SANITIZE),$(if $(filter 1,$(CUDA)),,yes),)
 ifeq ($(CUDA),0)
 HAVE_CUDA :=
-else ifeq ($(NVCC),)
+else ifeq ($(CUDA_USABLE),)
 ifeq ($(CUDA),1)
-$(error CUDA=1 but nvcc was not found (PATH, /usr/local/cuda/bin))
+$(error CUDA=1 but no usable CUDA toolkit: nvcc '$(NVCC)', cuda_runtime.h in '$(CUDA_INC)', libcudart.so in '$(CUDA_LIB)' (looked beside nvcc and in /usr/local/cuda; cublas_v2.h and libcublas are needed too))
 endif
+HAVE_CUDA :=
 else ifeq ($(SAN_NO_CUDA),yes)
 HAVE_CUDA :=
 else
 HAVE_CUDA := yes
 endif
-
 
 ifeq ($(HAVE_OMP),yes)
 CFLAGS += -fopenmp
@@ -94,19 +107,17 @@ CFLAGS += -DDELTA_HAVE_CJSON
 LDLIBS += -lcjson
 endif
 ifeq ($(HAVE_CUDA),yes)
-CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib) /usr/lib/$(shell $(CC) -print-multiarch))
 CUDA_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
-CFLAGS += -DDELTA_HAVE_CUDA -I$(CUDA_HOME)/include
+CFLAGS += -DDELTA_HAVE_CUDA -I$(CUDA_INC)
 # cuDNN is loaded at run time (dlopen); its header only gives the types
-ifneq ($(wildcard $(CUDA_HOME)/include/cudnn.h),)
+ifneq ($(wildcard $(CUDA_INC)/cudnn.h),)
 CFLAGS += -DDELTA_HAVE_CUDNN_H
 endif
 LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublas -lcudart -ldl -lstdc++
 # sm_80 (A100) and sm_90 (H100) machine code, plus sm_90 PTX for newer GPUs
 # (CUDA 13 has no Volta). --fmad=false: no FMA contraction, so pointwise
 # kernels round as the CPU's do.
-NVCCFLAGS := -std=c++17 -O2 -g -Iinclude -Isrc --fmad=false \
+NVCCFLAGS := -std=c++17 -O2 -g -Iinclude -Isrc -I$(CUDA_INC) --fmad=false \
   -Xcompiler -fPIC,-Wall,-Wextra -DDELTA_HAVE_CUDA \
   -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   -gencode arch=compute_90,code=compute_90
@@ -118,7 +129,7 @@ endif
 
 mark = $(if $(1),✓,✗)
 ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: CUDA=0 or a sanitizer build),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + libcudart + libcublas))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------
