@@ -56,18 +56,19 @@ const char *__asan_default_options(void) {
 #endif
 
 /* A bound on wall time that only cores to spare and an uninstrumented
- * memcpy make true (copies in parallel, a short copy soon done). Under a
- * sanitizer, whose suites are there for memory errors and races, and on a
- * shared machine, it is reported rather than checked. */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define TIMING_CHECK(cond, ...)                                            \
+ * memcpy make true (a short copy soon done, a throttled copy not much
+ * slower than its link): these machines are shared, so it is reported,
+ * never checked. What the tests check instead cannot depend on load: a
+ * copy never beats its link, and concurrency is read off the copies' own
+ * start and end times (delta_backend_span), not off a stopwatch. */
+#define TIMING_REPORT(cond, ...)                                           \
     do {                                                                   \
-        if (!(cond))                                                       \
-            printf("  not checked under a sanitizer: %s\n", #cond);        \
+        if (!(cond)) {                                                     \
+            printf("  (timing, not checked: %s: ", #cond);                 \
+            printf(__VA_ARGS__);                                           \
+            printf(")\n");                                                 \
+        }                                                                  \
     } while (0)
-#else
-#define TIMING_CHECK(cond, ...) CHECK(cond, __VA_ARGS__)
-#endif
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -341,19 +342,30 @@ static void test_cpu_copy_streams_overlap(void) {
     fill_pattern(d1, bytes, 11);
     fill_pattern(h2, bytes, 12);
     double one[3], two[3];
+    int overlapped = 0;
     for (int r = 0; r < 3; r++) {
         one[r] = timed_copy(b, DELTA_STREAM_TO_HOST, h1, d1, bytes);
         double t0 = now_s();
         delta_backend_copy(b, DELTA_STREAM_TO_HOST, h1, d1, bytes);
+        delta_event eo = delta_backend_record(b, DELTA_STREAM_TO_HOST);
         delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, d2, h2, bytes);
+        delta_event ei = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
         delta_backend_sync_copies(b);
         two[r] = now_s() - t0;
+        /* the two copies ran at the same time: each started before the
+         * other ended (their own times, whatever the machine's load) */
+        double os, oe, is, ie;
+        CHECK(delta_backend_span(b, eo, &os, &oe) &&
+              delta_backend_span(b, ei, &is, &ie), "copy spans");
+        if (os < ie && is < oe) overlapped++;
     }
     double t1 = median(one, 3), t2 = median(two, 3);
     printf("  two streams: one copy %.1f ms, two opposite copies %.1f ms "
-           "(%.2fx)\n", t1 * 1e3, t2 * 1e3, t2 / t1);
-    TIMING_CHECK(t2 < 1.6 * t1, "two opposite copies took %.3f s, one %.3f s",
-                 t2, t1);
+           "(%.2fx), overlapping in %d of 3\n", t1 * 1e3, t2 * 1e3, t2 / t1,
+           overlapped);
+    CHECK(overlapped > 0, "the two streams' copies never overlapped");
+    TIMING_REPORT(t2 < 1.6 * t1, "two opposite copies took %.3f s, one %.3f s",
+                  t2, t1);
     CHECK(memcmp(h1, d1, bytes) == 0 && memcmp(d2, h2, bytes) == 0);
     delta_backend_host_free(b, h1);
     delta_backend_host_free(b, h2);
@@ -397,7 +409,8 @@ static void test_cpu_wait_orders_streams(void) {
     double t0 = now_s();
     delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, bb, h, 4096);
     delta_backend_sync(b, delta_backend_record(b, DELTA_STREAM_TO_DEVICE));
-    TIMING_CHECK(now_s() - t0 < 0.05, "a 4 KiB copy");
+    double took = now_s() - t0;
+    TIMING_REPORT(took < 0.05, "a 4 KiB copy took %.3f s", took);
     delta_backend_host_free(b, h);
     delta_backend_free(b);
 }
@@ -441,7 +454,7 @@ static void throttle_case(double gbps, size_t bytes, int reps) {
     /* Never faster than the link (always checked); not much slower (a
      * timing bound). */
     CHECK(m / expect > 0.90, "median %.4f s vs %.4f s", m, expect);
-    TIMING_CHECK(m / expect < 1.10, "median %.4f s vs %.4f s", m, expect);
+    TIMING_REPORT(m / expect < 1.10, "median %.4f s vs %.4f s", m, expect);
     delta_backend_host_free(b, h);
     delta_backend_free(b);
 }

@@ -277,7 +277,7 @@ static int parse_args(int argc, char **argv, train_config *c,
         int64_t *field = NULL;
         switch (o) {
         case 'h':
-            if (ext) ext->usage(stdout);
+            if (ext && ext->usage) ext->usage(stdout);
             else usage(stdout);
             return 0;
         case OPT_VERSION:
@@ -485,9 +485,21 @@ int train_args_parse(int argc, char **argv, train_config *c,
 
 /* delta plan: the options of train; builds and plans the step program
  * from shapes alone and prints its memory figures. */
+static void plan_usage(FILE *f) {
+    fprintf(f, "usage: delta plan --model NAME [options]\n"
+               "Builds the training step for the model and shapes given and "
+               "prints its memory\nfigures, without training. It takes "
+               "delta train's options:\n\n");
+    usage(f);
+}
+
 int cmd_plan(int argc, char **argv) {
+    /* train's options, with messages that name plan */
+    static const struct option none[] = {{0}};
+    const train_args_ext plan = {.cmd = "plan", .usage = plan_usage,
+                                 .opts = none};
     train_config c;
-    int rc = train_parse_args(argc, argv, &c);
+    int rc = parse_args(argc, argv, &c, &plan);
     if (rc >= 0) return rc;
     c.plan_only = true;
     trainer t;

@@ -55,7 +55,8 @@
  * the same plan) has measured it, and the fastest is kept.
  *
  * Re-planning. Op times keep being measured; delta plans again when the
- * measured step drifts more than 20% from the one planned for, and when a
+ * measured timeline drifts more than 20% of the step from the one planned
+ * for (some op starts that much earlier or later), and when a
  * steady planned step needed online releases costing more than 2% of the
  * step over its prediction or its layout did not fit in addresses (the
  * target is tightened first; a tightening that made the mode slower is
@@ -927,13 +928,21 @@ static void delta_end(void *pp, managed *m, bool ok) {
     delta_pol *p = pp;
     if (delta_policy_dtr.end_step) delta_policy_dtr.end_step(p->dtr, m, ok);
     if (!ok || managed_fwd_only(m)) return;
-    /* fold this step's measurements in; drift decides re-planning */
-    double drift = 0, total = 0;
+    /* fold this step's measurements in; drift decides re-planning. The
+     * drift is how far the timeline the plan was made on has moved: the
+     * largest gap between an op's planned and measured start, against the
+     * step. (Summing each op's own deviation instead counted independent
+     * noise of small ops as drift: on the cpu it passed 20% every step,
+     * each step ran a new plan on a new layout and no planned mode was
+     * ever measured; the start times, sums over the ops before, average
+     * that noise out and still move when a stretch of ops slows down.) */
+    double drift = 0, total = 0, at = 0;
     for (int i = 0; i < p->n_ops; i++) {
         double t = managed_op_seconds(m, i);
         p->ema[i] = p->have_times ? (1 - EMA) * p->ema[i] + EMA * t : t;
-        drift += fabs(p->ema[i] - p->plan_t[i]);
+        at += p->ema[i];
         total += p->plan_t[i];
+        if (fabs(at - total) > drift) drift = fabs(at - total);
     }
     /* the step as compute saw it (kernels, recomputations, stalls), kept
      * for its mode when it was a steady step of that mode */
