@@ -500,8 +500,11 @@ static void test_cpu_default_bandwidth(void) {
            delta_cpu_threads(), flops / bps);
     CHECK(bps > 0);
     CHECK(bps == delta_cpu_gemm_flops() / DELTA_CPU_FLOPS_PER_BYTE);
-    CHECK(bps * 1000 > flops / 10 && bps * 1000 < flops * 10,
-          "link %.3g B/s vs GEMM %.3g FLOP/s", bps, flops);
+    /* two measurements of the machine's speed, at different moments of a
+     * shared machine (under a sanitizer and a loaded machine they were
+     * 10x apart in CI): reported, not checked */
+    TIMING_REPORT(bps * 1000 > flops / 10 && bps * 1000 < flops * 10,
+                  "link %.3g B/s vs GEMM %.3g FLOP/s", bps, flops);
     CHECK(fabs(b->link_latency_s - 10e-6) < 1e-12, "default latency 10 us");
     /* measured once: a second backend gets the same figure */
     delta_backend *b2 = delta_backend_cpu_new(NULL, err, sizeof err);
