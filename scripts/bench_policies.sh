@@ -7,6 +7,9 @@
 #   cpu  GPT-2-shaped, 4 layers, 128 wide, T 64, batch 8, AdamW
 #   sim  ResNet-50 224x224 batch 64 and GPT-2 small T 1024 batch 8, AdamW,
 #        on a V100-32GB and an A100-80GB
+#   sim  the cpu's ResNet-50 (3x32x32, batch 8, SGD) on the V100: the same
+#        link-bound regime as on the cpu (parameters and optimizer state
+#        over the link, compute a few ms), but deterministic
 # Each configuration is one `delta bench` grid (docs/BENCH.md); this prints
 # its results.md under the label docs/POLICIES.md uses. Per cell: the
 # median step over the steps after the first third (delta profiles and
@@ -35,6 +38,7 @@ declare -A jobs=(
     [v100_gpt2small]="--model gpt2-small --batch 8 --seq-len 1024 --backend sim --gpu v100-32g --optimizer adamw"
     [a100_resnet50]="--model resnet50 --batch 64 --backend sim --gpu a100-80g --optimizer adamw"
     [a100_gpt2small]="--model gpt2-small --batch 8 --seq-len 1024 --backend sim --gpu a100-80g --optimizer adamw"
+    [v100_resnet50_small]="--model resnet50 --image-size 32 --channels 3 --classes 10 --batch 8 --optimizer sgd --data synthetic --backend sim --gpu v100-32g"
 )
 declare -A labels=(
     [cpu_resnet50]="cpu: ResNet-50, 3x32x32, batch 8, SGD"
@@ -43,8 +47,9 @@ declare -A labels=(
     [v100_gpt2small]="sim V100-32GB: GPT-2 small T 1024, batch 8, AdamW"
     [a100_resnet50]="sim A100-80GB: ResNet-50 224x224, batch 64, AdamW"
     [a100_gpt2small]="sim A100-80GB: GPT-2 small T 1024, batch 8, AdamW"
+    [v100_resnet50_small]="sim V100-32GB, link-bound: ResNet-50 3x32x32, batch 8, SGD"
 )
-order="cpu_resnet50 cpu_gpt2 v100_resnet50 v100_gpt2small a100_resnet50 a100_gpt2small"
+order="cpu_resnet50 cpu_gpt2 v100_resnet50 v100_gpt2small a100_resnet50 a100_gpt2small v100_resnet50_small"
 
 # a warm-up (caches, clocks)
 [ "$only" != sim ] && "$bin" train ${jobs[cpu_gpt2]} --steps "$steps" --quiet >/dev/null 2>&1

@@ -26,7 +26,11 @@
  *     the next access (relief ends when it is issued: memory for arriving
  *     tensors is reserved), the streams' occupancy by transfers already
  *     chosen counting; a swap-in that finds no slot is on the critical path
- *     (its whole transfer is the cost). A recomputation (activations only)
+ *     (its whole transfer is the cost), and when the link is so busy that
+ *     no transfer of it can be placed without making planned ones late,
+ *     both transfers are priced exposed and its fetch is issued right after
+ *     the last op of the interval still over the target (queued behind the
+ *     others rather than started at the use). A recomputation (activations only)
  *     costs its producer chain back to tensors resident at that moment,
  *     dropped or freed ancestors included (a swapped-out one at its
  *     transfer), and adds the chain's temporaries to the load at that op.
@@ -99,6 +103,7 @@ typedef enum mode { MODE_ONLINE = 0, MODE_PLAN_FULL, MODE_PLAN_FREE,
 typedef struct swap_plan {
     double out_s, out_e, in_s, in_e, out_deadline, d_out, d_in;
     int issue, lo;
+    bool sync;             /* priced fully exposed (price_sync_swap) */
 } swap_plan;
 
 typedef struct cand {
@@ -380,14 +385,23 @@ static bool price_sync_swap(delta_pol *p, const managed *m, const cand *c,
                             ks_eval *e, swap_plan *sp) {
     const root_view *v = managed_root(m, c->r);
     if (c->b - c->a < 2) return e->feasible = false;
+    /* The fetch is issued right after the last op of the interval still
+     * over the target under the choices so far (the later ops fit without
+     * this release), not at the use: on a saturated link the copy then
+     * queues behind the others instead of starting only when compute
+     * reaches the use and waits, so the to-device stream stays busy. */
+    int issue = c->b;
+    while (issue - 1 > c->a + 1 && p->excess[(issue - 1) % p->n_ops] <= 0)
+        issue--;
+    sp->sync = true;
     sp->out_s = p->t1[c->a];
     sp->out_e = sp->out_s + sp->d_out;
-    sp->issue = c->b;
+    sp->issue = issue;
     sp->lo = c->a + 1;
-    sp->in_s = p->t0[c->b];
+    sp->in_s = p->t0[issue];
     sp->in_e = sp->in_s + sp->d_in;
     sp->out_deadline = INFINITY;
-    range_split(p, c->a + 1, c->b - 1, e);
+    range_split(p, c->a + 1, issue - 1, e);
     e->bytes = v->bytes;
     e->cost = sp->d_out + sp->d_in;
     e->extra_op = -1;
@@ -399,6 +413,7 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
                        ks_eval *e, swap_plan *sp) {
     const root_view *v = managed_root(m, c->r);
     e->feasible = false;
+    sp->sync = false;
     double d_out = managed_link_seconds_dir(m, v->bytes, true);
     double d_in = managed_link_seconds_dir(m, v->bytes, false);
     sp->d_out = d_out;
@@ -425,7 +440,10 @@ static bool price_swap(delta_pol *p, const managed *m, const cand *c,
         /* nothing ends in time: fetched when used, a stall */
         issue = c->b;
         end = xfer_try(&p->in, dl, d_in);
-        if (end < 0) return false;
+        /* not even that without making planned fetches late: the link
+         * is saturated, so both transfers are priced exposed (refusing
+         * the release left plans that could not cover the target) */
+        if (end < 0) return price_sync_swap(p, m, c, e, sp);
         cost += end - dl;
     }
     sp->in_s = p->t0[issue];
@@ -518,7 +536,7 @@ static void commit_cand(void *user, int k, const ks_eval *e) {
         /* a planned fetch must end by the use; an on-demand one is late
          * already */
         xfer_add(&p->in, sp->in_s, sp->d_in,
-                 c->issue == c->b ? INFINITY : p->t0[c->b], p->T);
+                 sp->sync || c->issue == c->b ? INFINITY : p->t0[c->b], p->T);
     }
     if (c->how == HOW_DROP) {
         /* what its recomputation reads, for the releases priced later */
@@ -747,10 +765,26 @@ static bool plan_build(delta_pol *p, managed *m, mode md) {
  * hook to an embedded dtr instance); when no activation can be dropped, the
  * resident tensor needed furthest ahead is swapped out (Belady: its next
  * use is known from the program), so parameters, gradients and optimizer
- * state can leave too. */
+ * state can leave too. In a planned step, nothing is named while a
+ * swap-out is in flight (the plan counted on its bytes; the runtime waits
+ * for it). */
+
+/* Whether a swap-out the runtime would wait for is in flight (a pinned one
+ * is not waited for: the runtime skips it). */
+static bool swap_outs_in_flight(const delta_pol *p, managed *m) {
+    for (int r = 0; r < p->n_roots; r++) {
+        const root_view *rv = managed_root(m, r);
+        if (rv && rv->state == RES_TO_HOST && !managed_pinned(m, r))
+            return true;
+    }
+    return false;
+}
 
 static int delta_choose(void *pp, managed *m, size_t need, bool *drop) {
     delta_pol *p = pp;
+    /* A planned step counted on its swap-outs' bytes: while one is in
+     * flight the runtime waits for it rather than release more */
+    if (p->guided && swap_outs_in_flight(p, m)) return -1;
     p->online_victims++;
     int v = delta_policy_dtr.choose_victim(p->dtr, m, need, drop);
     if (v >= 0) return v;
