@@ -28,9 +28,10 @@
  *     chosen counting; a swap-in that finds no slot is on the critical path
  *     (its whole transfer is the cost), and when the link is so busy that
  *     no transfer of it can be placed without making planned ones late,
- *     both transfers are priced exposed and its fetch is issued right after
- *     the last op of the interval still over the target (queued behind the
- *     others rather than started at the use). A recomputation (activations only)
+ *     both transfers are priced exposed, and, where the fetches planned
+ *     so far fill a whole step, its fetch is issued right after the last
+ *     op of the interval still over the target (queued behind the others
+ *     rather than started at the use). A recomputation (activations only)
  *     costs its producer chain back to tensors resident at that moment,
  *     dropped or freed ancestors included (a swapped-out one at its
  *     transfer), and adds the chain's temporaries to the load at that op.
@@ -161,6 +162,7 @@ typedef struct delta_pol {
     int n_c;
     int *root_first;       /* per root: first chosen candidate, -1 */
     stream out, in;
+    double in_busy;        /* seconds of fetches planned per step */
     int *stamp;            /* per root: chain pricing visits */
     int stamp_now;
     chain_read *rd;        /* reads of the chosen recomputations ... */
@@ -385,13 +387,16 @@ static bool price_sync_swap(delta_pol *p, const managed *m, const cand *c,
                             ks_eval *e, swap_plan *sp) {
     const root_view *v = managed_root(m, c->r);
     if (c->b - c->a < 2) return e->feasible = false;
-    /* The fetch is issued right after the last op of the interval still
-     * over the target under the choices so far (the later ops fit without
-     * this release), not at the use: on a saturated link the copy then
-     * queues behind the others instead of starting only when compute
-     * reaches the use and waits, so the to-device stream stays busy. */
+    /* On a saturated link (the fetches planned so far take a whole step
+     * already) the fetch is issued right after the last op of the
+     * interval still over the target under the choices so far (the later
+     * ops fit without this release), not at the use: the copy then queues
+     * behind the others instead of starting only when compute reaches the
+     * use and waits, so the to-device stream stays busy. On a link with
+     * room the fetch stays at the use, holding no memory before it. */
     int issue = c->b;
-    while (issue - 1 > c->a + 1 && p->excess[(issue - 1) % p->n_ops] <= 0)
+    while (p->in_busy >= p->T && issue - 1 > c->a + 1 &&
+           p->excess[(issue - 1) % p->n_ops] <= 0)
         issue--;
     sp->sync = true;
     sp->out_s = p->t1[c->a];
@@ -535,6 +540,7 @@ static void commit_cand(void *user, int k, const ks_eval *e) {
         xfer_add(&p->out, sp->out_s, sp->d_out, sp->out_deadline, p->T);
         /* a planned fetch must end by the use; an on-demand one is late
          * already */
+        p->in_busy += sp->d_in;
         xfer_add(&p->in, sp->in_s, sp->d_in,
                  sp->sync || c->issue == c->b ? INFINITY : p->t0[c->b], p->T);
     }
@@ -588,6 +594,7 @@ static void free_plan(delta_pol *p) {
     p->rel_start = p->rel_ids = p->fetch_start = p->fetch_ids = NULL;
     p->n_c = 0;
     p->n_rd = 0;
+    p->in_busy = 0;
     p->planned = false;
 }
 
