@@ -1,6 +1,7 @@
 /* How matmul, pooling and batch-norm kernels view their tensors: shared by
  * the CPU kernels and the CUDA ones, so both read the same geometry from an
- * op. */
+ * op (and, where the result must match bit for bit, compute the same
+ * per-element expression: delta_plane_mean). */
 #ifndef DELTA_KERNEL_SHAPES_H
 #define DELTA_KERNEL_SHAPES_H
 
@@ -70,6 +71,29 @@ static inline bn_shape bn_shape_of(const delta_tensor *x) {
     s.c = x->ndim > 1 ? x->shape[1] : 1;
     s.hw = s.n * s.c > 0 ? x->numel / (s.n * s.c) : 0;
     return s;
+}
+
+#ifdef __CUDACC__
+#define DELTA_SHAPE_FN static inline __host__ __device__
+#else
+#define DELTA_SHAPE_FN static inline
+#endif
+
+/* Global average pooling of one plane of hw floats: four double lanes,
+ * summed in this order, times inv (1/hw). The CPU and CUDA kernels both
+ * call it, so their outputs agree bit for bit. */
+DELTA_SHAPE_FN float delta_plane_mean(const float *xp, int64_t hw,
+                                      double inv) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= hw; i += 4) {
+        a0 += xp[i];
+        a1 += xp[i + 1];
+        a2 += xp[i + 2];
+        a3 += xp[i + 3];
+    }
+    for (; i < hw; i++) a0 += xp[i];
+    return (float)(((a0 + a1) + (a2 + a3)) * inv);
 }
 
 #endif

@@ -199,19 +199,8 @@ void delta_k_global_avgpool(const delta_kargs *k) {
     const int64_t hw = xt->shape[2] * xt->shape[3];
     const double inv = hw > 0 ? 1.0 / (double)hw : 0.0;
     PAR_FOR(planes * hw >= PAR_MIN)
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * hw;
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        int64_t i = 0;
-        for (; i + 4 <= hw; i += 4) {
-            a0 += xp[i];
-            a1 += xp[i + 1];
-            a2 += xp[i + 2];
-            a3 += xp[i + 3];
-        }
-        for (; i < hw; i++) a0 += xp[i];
-        y[pl] = (float)(((a0 + a1) + (a2 + a3)) * inv);
-    }
+    for (int64_t pl = 0; pl < planes; pl++)
+        y[pl] = delta_plane_mean(x + pl * hw, hw, inv);
 }
 
 void delta_k_global_avgpool_bwd(const delta_kargs *k) {

@@ -124,22 +124,10 @@ void delta_cu_avgpool2d_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
               (float *)k->out[0], g);
 }
 
-/* One thread per plane, four double lanes as the CPU. */
+/* One thread per plane, summed as the CPU does (delta_plane_mean). */
 __global__ static void gap_k(const float *x, float *y, int64_t planes,
                              int64_t hw, double inv) {
-    CU_FOR(pl, planes) {
-        const float *xp = x + pl * hw;
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        int64_t i = 0;
-        for (; i + 4 <= hw; i += 4) {
-            a0 += xp[i];
-            a1 += xp[i + 1];
-            a2 += xp[i + 2];
-            a3 += xp[i + 3];
-        }
-        for (; i < hw; i++) a0 += xp[i];
-        y[pl] = (float)(((a0 + a1) + (a2 + a3)) * inv);
-    }
+    CU_FOR(pl, planes) y[pl] = delta_plane_mean(x + pl * hw, hw, inv);
 }
 
 __global__ static void gap_bwd_k(const float *dy, float *dx, int64_t planes,
