@@ -19,6 +19,18 @@ static int test_failed_;
 static int test_skipped_;
 static const char *test_skip_why_;
 
+static inline int test_cmp_double_(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (the mean of the middle two for even n), sorting
+ * v in place. */
+static inline double test_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, test_cmp_double_);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
         if (!(cond)) {                                                     \

@@ -118,16 +118,6 @@ static void fill_pattern(void *p, size_t n, uint32_t seed) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
-
 /* Seconds to copy bytes on stream s and wait for it. */
 static double timed_copy(delta_backend *b, delta_stream s, void *dst,
                          const void *src, size_t bytes) {
@@ -359,7 +349,7 @@ static void test_cpu_copy_streams_overlap(void) {
               delta_backend_span(b, ei, &is, &ie), "copy spans");
         if (os < ie && is < oe) overlapped++;
     }
-    double t1 = median(one, 3), t2 = median(two, 3);
+    double t1 = test_median(one, 3), t2 = test_median(two, 3);
     printf("  two streams: one copy %.1f ms, two opposite copies %.1f ms "
            "(%.2fx), overlapping in %d of 3\n", t1 * 1e3, t2 * 1e3, t2 / t1,
            overlapped);
@@ -446,7 +436,7 @@ static void throttle_case(double gbps, size_t bytes, int reps) {
         t[r] = timed_copy(b, r % 2 ? DELTA_STREAM_TO_DEVICE : DELTA_STREAM_TO_HOST,
                           r % 2 ? dev : h, r % 2 ? h : dev, bytes);
     double expect = b->link_latency_s + (double)bytes / b->link_bps;
-    double m = median(t, reps);
+    double m = test_median(t, reps);
     double got_gbps = (double)bytes / m / 1e9;
     printf("  throttle: %.0f MiB at %.2f GB/s: median %.4f s, expected "
            "%.4f s (%+.1f%%), %.3f GB/s\n", bytes / 1048576.0, gbps, m,

@@ -177,13 +177,7 @@ static double link_bound_step(const char *policy, double frac) {
     delta_session_free(s);
     delta_ctx_free(c);
     delta_backend_free(be);
-    for (int i = 1; i < n; i++) /* insertion sort for the median */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return n ? (t[(n - 1) / 2] + t[n / 2]) / 2 : -1;
+    return n ? test_median(t, n) : -1;
 }
 
 /* On a saturated link delta must still cover its target with a plan and

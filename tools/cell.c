@@ -14,11 +14,6 @@ const char *cell_status_name(cell_status s) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 void cell_summarize(const delta_step_stats *steps, int64_t n,
                     cell_result *r) {
     r->steps = n;
@@ -41,8 +36,7 @@ void cell_summarize(const delta_step_stats *steps, int64_t n,
         r->drops += (double)s->drops / (double)m;
         r->stall_s += s->stall_s / (double)m;
     }
-    qsort(t, (size_t)m, sizeof *t, cmp_double);
-    r->step_s = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+    r->step_s = trainer_median(t, m);
     free(t);
 }
 

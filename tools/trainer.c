@@ -748,7 +748,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int64_t n) {
+double trainer_median(double *v, int64_t n) {
     if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -906,8 +906,8 @@ delta_status trainer_train(trainer *t) {
      * changing shapes, the median of the steps' own rates. */
     for (int64_t i = 0; i < r->steps_done && !one_shape; i++)
         step_units[i] = times[i] > 0 ? step_units[i] / times[i] : 0;
-    double rate = one_shape ? 0 : median(step_units, r->steps_done);
-    r->median_step_s = median(times, r->steps_done);
+    double rate = one_shape ? 0 : trainer_median(step_units, r->steps_done);
+    r->median_step_s = trainer_median(times, r->steps_done);
     if (one_shape)
         r->units_per_s = r->median_step_s > 0 ? units / r->median_step_s : 0;
     else

@@ -173,6 +173,10 @@ typedef struct trainer {
     char err[1024];
 } trainer;
 
+/* The median of v[0..n) (the mean of the middle two for even n; 0 for
+ * none), sorting v in place. */
+double trainer_median(double *v, int64_t n);
+
 /* Fills in defaults, opens the data, builds the program, plans it and
  * creates the backend and the session; loads --load into it. On failure
  * the trainer holds what was made (free it with trainer_free). */

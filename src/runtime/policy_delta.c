@@ -806,12 +806,8 @@ static int delta_choose(void *pp, managed *m, size_t need, bool *drop) {
     if (now < 0) now = 0;
     int best = -1;
     double best_h = 0;
-    bool outs_in_flight = false;
     for (int r = 0; r < p->n_roots; r++) {
         const root_view *rv = managed_root(m, r);
-        /* (a pinned one is not waited for: the runtime skips it) */
-        if (rv && rv->state == RES_TO_HOST && !managed_pinned(m, r))
-            outs_in_flight = true;
         if (!rv || rv->state != RES_DEVICE || managed_pinned(m, r) ||
             !swappable(rv))
             continue;
@@ -831,7 +827,8 @@ static int delta_choose(void *pp, managed *m, size_t need, bool *drop) {
      * while swap-outs are in flight, only a victim whose host copy is
      * current (freed at once) is named; otherwise the runtime waits for
      * the oldest to land and asks again. */
-    if (best >= 0 && outs_in_flight && !managed_root(m, best)->host_valid)
+    if (best >= 0 && !managed_root(m, best)->host_valid &&
+        swap_outs_in_flight(p, m))
         return -1;
     *drop = false;
     return best;
