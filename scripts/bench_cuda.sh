@@ -7,11 +7,13 @@
 #   2. overhead per policy at 70, 50 and 30% of keep's peak, beside the
 #      simulator's prediction for the same device preset (SIM_GPU, default
 #      h100-80g) and the same runs; goal: predicted within 15% of measured;
-#   3. the largest batch keep and delta fit, where `delta maxbatch` exists.
+#   3. the largest batch keep and delta fit in MB_BUDGET (default 8GiB) of
+#      the GPU, and the simulator's answer for the same memory.
 # A cell is the median step over the steps after the first third (delta
 # tries its modes in its first steps). Writes the tables to OUT (default
 # build/bench_cuda.md), ready for docs/RESULTS.md, and prints them.
 # STEPS (default 12), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
+# MAXBATCH=0 skips part 3; CELLS=DIR keeps the raw cells;
 # PYTHON picks the python whose torch has CUDA (default: python3 on PATH).
 set -u
 bin=${1:-build/delta}
@@ -21,10 +23,18 @@ sim_gpu=${SIM_GPU:-h100-80g}
 policies=${POLICIES:-"delta swap checkpoint dtr capuchin autoswap"}
 budgets=${BUDGETS:-"70% 50% 30%"}
 only=${ONLY:-}
+maxbatch=${MAXBATCH:-1}
 py=${PYTHON:-python3}  # a python with a CUDA build of torch (Debian's is cpu-only)
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# CELLS=DIR keeps every cell's output there (a run cut short keeps what it
+# measured, and the tables can be made again from it); else a temporary dir
+if [ -n "${CELLS:-}" ]; then
+    tmp=$CELLS
+    mkdir -p "$tmp" || exit 1
+else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+fi
 
 # Is there a GPU, and a delta that can use it?
 if ! "$bin" train --model mlp --batch 8 --steps 1 --data synthetic \
@@ -49,9 +59,16 @@ run() { # run NAME BACKEND BUDGET POLICY: one cell into $tmp/NAME.BACKEND.POLICY
     [ "$be" = sim ] && extra="--backend sim --gpu $sim_gpu" || extra="--backend cuda"
     local cell="$tmp/$name.$be.$policy.$budget"
     echo "  $name $be $policy $budget" >&2
+    # keep on the GPU also leaves a trace: where its step goes, per op type
+    [ "$be" = cuda ] && [ "$policy" = keep ] && extra="$extra --trace $cell.trace.json"
     "$bin" train ${jobs[$name]} $extra --steps "$steps" --policy "$policy" \
         --budget "$budget" --quiet --json "$cell.jsonl" >/dev/null 2>"$cell.err"
-    echo $? >"$cell.rc"
+    local rc=$?
+    [ -f "$cell.trace.json" ] && $py "$here/trace_ops.py" "$cell.trace.json" \
+        >"$tmp/$name.ops" 2>&1
+    echo $rc >"$cell.rc"
+    # progress, so a run cut short still shows what it measured
+    echo "    rc $rc $(grep -o '"median_step_s":[0-9.e-]*' "$cell.jsonl" 2>/dev/null | tail -1)" >&2
 }
 
 for name in $order; do
@@ -66,12 +83,15 @@ for name in $order; do
         done
     done
     # the largest batch, where delta has the command
-    if "$bin" maxbatch --help >/dev/null 2>&1; then
-        for p in keep delta; do
-            for be in "--backend cuda" "--backend sim --gpu $sim_gpu"; do
-                "$bin" maxbatch ${jobs[$name]} $be --policy "$p" \
-                    >"$tmp/$name.maxbatch.$p.${be##* }" 2>&1
-            done
+    if [ "$maxbatch" != 0 ] && "$bin" maxbatch --help >/dev/null 2>&1; then
+        # probes train for real on the GPU: search a share of it
+        # (MB_BUDGET), with the simulator given the same memory
+        for be in "--backend cuda" "--backend sim --gpu $sim_gpu"; do
+            echo "  $name maxbatch $be" >&2
+            "$bin" maxbatch ${jobs[$name]%%--batch *} ${jobs[$name]#*--batch [0-9]* } \
+                $be --budget "${MB_BUDGET:-8GiB}" --steps "${MB_STEPS:-6}" \
+                --policies keep,delta --quiet \
+                >"$tmp/$name.maxbatch.${be##* }" 2>&1
         done
     fi
 done
@@ -155,13 +175,18 @@ for name in order:
     if errs:
         print(f"\nsimulator error on the overhead: mean {statistics.mean(errs) * 100:.0f}%, "
               f"worst {max(errs) * 100:.0f}%, within 15% in {sum(e <= 0.15 for e in errs)} of {len(errs)} cells")
+for name in order:
+    f = os.path.join(tmp, name + ".ops")
+    if os.path.exists(f):
+        print(f"\n### {labels[name]}: where keep's step goes on the GPU "
+              "(`scripts/trace_ops.py`, the last step)\n")
+        print("```\n" + "\n".join(open(f).read().strip().splitlines()[:16]) + "\n```")
 mb = [f for f in sorted(os.listdir(tmp)) if ".maxbatch." in f]
-print("\n### largest batch\n")
-if not mb:
-    print("skipped: this delta has no `maxbatch` command yet")
-else:
+if mb:
+    print("\n### largest batch (`delta maxbatch`, keep and delta), measured and simulated\n")
     for f in mb:
-        lines = open(os.path.join(tmp, f)).read().strip().splitlines()
-        print(f"- {f.replace('.maxbatch.', ' ')}: {lines[-1] if lines else '(no output)'}")
+        name, _, be = f.partition(".maxbatch.")
+        print(f"{labels.get(name, name)}, {'the GPU' if be == 'cuda' else 'the simulator'}:\n")
+        print("```\n" + open(os.path.join(tmp, f)).read().strip() + "\n```\n")
 PY
 echo "bench-cuda: written to $out" >&2

@@ -3,7 +3,8 @@
 # command: the papers' figures on the simulated GPUs (scripts/results_sim.py,
 # deterministic), the simulator's memory model against PyTorch
 # (scripts/validate_memory.py) and loss curves of real training on the cpu
-# (scripts/results_loss.sh, plots in docs/img/). Raw figures stay in
+# (scripts/results_loss.sh, plots in docs/img/), then the GPU's figures as
+# docs/results_gpu.md holds them (measured on a GPU). Raw figures stay in
 # build/results/. Takes about 20 minutes on 2 shared cores.
 #   scripts/results.sh [DELTA_BIN]
 # Environment: SKIP=sim|memory|loss (comma-separated) reuses that part's
@@ -61,5 +62,7 @@ part loss scripts/results_loss.sh "$bin" "$out" docs/img
         if [ -s "$out/$f" ]; then cat "$out/$f"; else echo "($f: this part did not run; see the output of make results)"; fi
         echo
     done
+    # measured on a lent GPU (make test-cuda, make bench-cuda), kept as is
+    [ -s docs/results_gpu.md ] && cat docs/results_gpu.md
 } >"$doc.tmp" && mv "$doc.tmp" "$doc"
 echo "results: wrote $doc in $(( $(date +%s) - start )) s" >&2

@@ -8,11 +8,14 @@
 #define DELTA_TEST_POLICY_TRAIN_H
 
 #include "delta/delta.h"
+#include "delta/exec.h"
 #include "test.h"
 
 #ifndef N_STEPS
 #define N_STEPS 3
 #endif
+/* steps train() runs; a test may shorten it to find where runs part */
+static int train_steps = N_STEPS;
 
 typedef struct model_case {
     const char *label;
@@ -69,7 +72,10 @@ static inline void *cbuf_of(void *ud, const delta_tensor *t) {
     return cb->d[cb->n++];
 }
 
-static inline void feed(delta_session *s, const built *b, int step) {
+/* The inputs of a step: deterministic per (step, tensor), through put. */
+typedef void (*put_fn)(void *ud, const delta_tensor *t, const void *data,
+                       size_t bytes);
+static inline void feed_values(const built *b, int step, put_fn put, void *ud) {
     for (int i = 0; i < delta_ctx_n_tensors(b->ctx); i++) {
         delta_tensor *t = delta_ctx_tensor(b->ctx, i);
         if (delta_tensor_kind_of(t) != DELTA_KIND_INPUT) continue;
@@ -83,14 +89,28 @@ static inline void feed(delta_session *s, const built *b, int step) {
         } else {
             test_fill_rand(buf, n, -1, 1);
         }
-        delta_session_write(s, t, buf, delta_tensor_bytes(t));
+        put(ud, t, buf, delta_tensor_bytes(t));
         free(buf);
     }
 }
 
+static inline void session_put(void *ud, const delta_tensor *t,
+                               const void *data, size_t bytes) {
+    delta_session_write(ud, t, data, bytes);
+}
+
+static inline void exec_put(void *ud, const delta_tensor *t, const void *data,
+                            size_t bytes) {
+    delta_exec_set(ud, t, data, bytes);
+}
+
+static inline void feed(delta_session *s, const built *b, int step) {
+    feed_values(b, step, session_put, s);
+}
+
 typedef enum outcome { RAN, REFUSED, FAILED_RUN } outcome;
 
-/* Trains N_STEPS; on RAN fills *out with every PARAM and STATE tensor's
+/* Trains train_steps steps; on RAN fills *out with every PARAM and STATE tensor's
  * bytes, concatenated, and *peak with the highest high-water mark. */
 static inline outcome train(const model_case *mc, delta_backend *be,
                      const char *policy, size_t budget, char **out,
@@ -117,7 +137,7 @@ static inline outcome train(const model_case *mc, delta_backend *be,
     *peak = 0;
     memset(sum, 0, sizeof *sum);
     outcome oc = RAN;
-    for (int step = 0; step < N_STEPS && oc == RAN; step++) {
+    for (int step = 0; step < train_steps && oc == RAN; step++) {
         feed(s, &b, step);
         delta_step_stats ss;
         st = delta_session_run(s, DELTA_RUN_STEP, &ss);

@@ -52,6 +52,8 @@ static void test_bad_input(void) {
     USAGE_FAIL("--min-throughput", TINY, "--gpu", "a100-80g", "--min-throughput",
           "fast");
     USAGE_FAIL("--budget SIZE", TINY, "--backend", "cpu");
+    USAGE_FAIL("on --backend cuda the device's memory is --budget SIZE", TINY,
+               "--backend", "cuda");
     USAGE_FAIL("percentage", TINY, "--gpu", "a100-80g", "--budget", "50%");
     USAGE_FAIL("searches the batch", TINY, "--gpu", "a100-80g", "--batch", "4");
     USAGE_FAIL("--max-batch", TINY, "--gpu", "a100-80g", "--max-batch", "0");

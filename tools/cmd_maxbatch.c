@@ -42,7 +42,7 @@
 static void usage(FILE *f) {
     fprintf(f,
 "usage: delta maxbatch --model NAME [--policy P | --policies LIST]\n"
-"                      (--backend sim --gpu G | --backend cpu --budget SIZE)\n"
+"                      (--backend sim --gpu G | --backend cpu|cuda --budget SIZE)\n"
 "                      [options]\n"
 "\n"
 "For each policy, the largest batch whose training step fits the device's\n"
@@ -59,6 +59,9 @@ static void usage(FILE *f) {
 "                       (--budget SIZE overrides it)\n"
 "  --backend cpu --budget SIZE  the cpu backend with an emulated device of\n"
 "                       SIZE (e.g. 64MiB)\n"
+"  --backend cuda --budget SIZE  the GPU, with SIZE of its memory as the\n"
+"                       device (e.g. 8GiB: probes train for real, so a\n"
+"                       share of the GPU keeps the search short)\n"
 "  --min-throughput F   count only batches whose samples/s are at least F\n"
 "                       times keep's samples/s at keep's largest batch\n"
 "                       (default 0.75; 0 counts every batch that fits)\n"
@@ -148,6 +151,10 @@ static int parse(maxbatch *m, int argc, char **argv) {
         return train_args_error("on --backend cpu the device's memory is "
                                 "--budget SIZE (e.g. --budget 64MiB); or "
                                 "use --backend sim --gpu G");
+    if (c->backend == TRAIN_BACKEND_CUDA && c->budget.kind != BUDGET_BYTES)
+        return train_args_error("on --backend cuda the device's memory is "
+                                "--budget SIZE, the share of the GPU to "
+                                "search in (e.g. --budget 8GiB)");
     rc = train_args_pick_policies(c, m->policies, MAXBATCH_MAX_POLICIES,
                                   &m->n_policies);
     if (rc >= 0) return rc;
