@@ -17,12 +17,16 @@
 # way), its overhead against keep with an unlimited budget, the peak, and
 # per step the bytes swapped out, ops recomputed and compute stalled.
 # "refused": the budget cannot hold the policy's step; "fail": the run
-# failed otherwise. STEPS (default 12) and ONLY=cpu|sim narrow it; OUT=DIR
+# failed otherwise. The cpu grids run REPEAT (default 3) rounds and keep
+# each cell's median run (`delta bench --repeat`): the cores are shared and
+# one run of a cell can be 50% slow; the sim is deterministic and runs once.
+# STEPS (default 12) and ONLY=cpu|sim narrow it; OUT=DIR
 # keeps the grids' full results (CSV, plots) instead of a temporary folder.
 set -u
 bin=${1:-build/delta}
 steps=${STEPS:-12}
 only=${ONLY:-}
+repeat=${REPEAT:-3}
 out=${OUT:-}
 if [ -z "$out" ]; then
     out=$(mktemp -d)
@@ -56,9 +60,12 @@ order="cpu_resnet50 cpu_gpt2 v100_resnet50 v100_gpt2small a100_resnet50 a100_gpt
 for name in $order; do
     case $name in cpu_*) [ "$only" = sim ] && continue ;; *) [ "$only" = cpu ] && continue ;; esac
     echo "  $name" >&2
+    rep=1
+    case $name in cpu_*) rep=$repeat ;; esac
     # shellcheck disable=SC2086 # the job's options are words
     if ! "$bin" bench ${jobs[$name]} --policies "$policies" --budgets "$budgets" \
-        --steps "$steps" --timeline-budget none --out "$out/$name" 2>"$out/$name.err"; then
+        --steps "$steps" --repeat "$rep" --timeline-budget none --out "$out/$name" \
+        2>"$out/$name.err"; then
         printf '\n### %s\n\ndelta bench failed: %s\n' "${labels[$name]}" "$(tail -1 "$out/$name.err")"
         continue
     fi

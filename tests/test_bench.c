@@ -214,6 +214,37 @@ static void test_sim_grid(void) {
     check_timeline_budget(out, "gpt2-tiny");
 }
 
+/* --repeat N: the grid N times in rounds, each cell's median run kept; on
+ * the deterministic sim every run is the same, so the tables are too. */
+static void test_repeat(void) {
+    char one[160], three[160], a[1 << 14], b[1 << 14];
+    path_in_tmp(one, sizeof one, "rep1");
+    path_in_tmp(three, sizeof three, "rep3");
+    BENCH("--models", "gpt2-tiny", SMALL, "--policies", "keep,delta",
+          "--budgets", "80%,50%", "--backend", "sim", "--steps", "4",
+          "--timeline-budget", "none", "--out", one, "--quiet");
+    CHECK(res.status == 0, "status %d: %.600s", res.status, res.err);
+    BENCH("--models", "gpt2-tiny", SMALL, "--policies", "keep,delta",
+          "--budgets", "80%,50%", "--backend", "sim", "--steps", "4",
+          "--timeline-budget", "none", "--repeat", "3", "--out", three);
+    CHECK(res.status == 0, "status %d: %.600s", res.status, res.err);
+    CHECK(strstr(res.err, "[15/15]") && !strstr(res.err, "[16/"),
+          "3 rounds of 5 cells: %.600s", res.err);
+    for (int f = 0; f < 2; f++) {
+        const char *name = f ? "results.csv" : "results.md";
+        char pa[256], pb[256];
+        snprintf(pa, sizeof pa, "%s/%s", one, name);
+        snprintf(pb, sizeof pb, "%s/%s", three, name);
+        slurp(pa, a, sizeof a);
+        slurp(pb, b, sizeof b);
+        CHECK(a[0] && !strcmp(a, b), "%s: --repeat 3 differs on sim", name);
+    }
+    USAGE_FAIL("--repeat", "--models", "gpt2-tiny", "--repeat", "0", "--out",
+               one);
+    USAGE_FAIL("--repeat", "--models", "gpt2-tiny", "--repeat", "2x", "--out",
+               one);
+}
+
 static void test_cpu_grid(void) {
     char out[160];
     path_in_tmp(out, sizeof out, "cpu");
@@ -232,6 +263,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_help);
     TEST_RUN(test_bad_input);
     TEST_RUN(test_sim_grid);
+    TEST_RUN(test_repeat);
     TEST_RUN(test_cpu_grid);
     cli_cleanup();
     TEST_MAIN_END();

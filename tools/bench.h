@@ -43,6 +43,7 @@ typedef struct bench {
     int n_models, n_policies, n_budgets;
     int timeline_budget;        /* index into budgets; -1: no timeline */
     const char *out;            /* output directory */
+    int repeat;                 /* runs per measured cell (median kept) */
     bool quiet;
     bench_model *m;             /* [n_models] */
     char lists[3][1024];        /* the parsed lists' text */

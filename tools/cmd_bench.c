@@ -49,6 +49,9 @@ static void usage(FILE *f) {
 "  --backend cpu|sim --gpu G   as train (default cpu)\n"
 "  --steps N            steps per cell (default %d); the step time is the\n"
 "                       median over the steps after the first third\n"
+"  --repeat N           run the whole grid N times, in rounds, and keep\n"
+"                       each cell's run of median step time (default 1;\n"
+"                       for a shared, noisy cpu)\n"
 "  --timeline-budget B  the budget of the memory plot: one of --budgets,\n"
 "                       or none (default: the middle one of the list)\n"
 "  --out DIR            where the results go (created)\n"
@@ -63,7 +66,7 @@ static void usage(FILE *f) {
 
 enum {
     OPT_MODELS = TRAIN_ARGS_EXT_BASE, OPT_POLICIES, OPT_BUDGETS, OPT_OUT,
-    OPT_TIMELINE_BUDGET,
+    OPT_TIMELINE_BUDGET, OPT_REPEAT,
 };
 
 static const struct option own_opts[] = {
@@ -72,6 +75,7 @@ static const struct option own_opts[] = {
     {"budgets", required_argument, NULL, OPT_BUDGETS},
     {"out", required_argument, NULL, OPT_OUT},
     {"timeline-budget", required_argument, NULL, OPT_TIMELINE_BUDGET},
+    {"repeat", required_argument, NULL, OPT_REPEAT},
     {NULL, 0, NULL, 0},
 };
 
@@ -109,6 +113,16 @@ static int handle_opt(void *ud, int val, const char *opt, const char *a) {
     case OPT_BUDGETS: return parse_budgets(b, opt, a);
     case OPT_OUT: b->out = a; return -1;
     case OPT_TIMELINE_BUDGET: ba->timeline = a; return -1;
+    case OPT_REPEAT: {
+        char *end;
+        errno = 0;
+        long v = strtol(a, &end, 10);
+        if (errno || end == a || *end || v < 1 || v > 100)
+            return train_args_error("%s: expected a whole number from 1 to "
+                                    "100, got '%s'", opt, a);
+        b->repeat = (int)v;
+        return -1;
+    }
     default: return train_args_error("unexpected option '%s'", opt);
     }
 }
@@ -116,6 +130,7 @@ static int handle_opt(void *ud, int val, const char *opt, const char *a) {
 static int parse(bench *b, int argc, char **argv) {
     bench_args ba = {.b = b};
     b->timeline_budget = -1;
+    b->repeat = 1;
     train_args_ext ext = {
         .cmd = "bench", .usage = usage, .opts = own_opts,
         .handle = handle_opt, .ud = &ba, .model_optional = true,
@@ -270,23 +285,57 @@ static void run_cell(const bench_model *bm, const char *policy,
     cell_run(&c, r);
 }
 
+/* The index of the run to keep among n runs of one cell: the one of median
+ * step time when all ran, else the first that did not (a budget that does
+ * not fit does not fit every time). */
+static int median_run(const cell_result *runs, int n) {
+    for (int i = 0; i < n; i++)
+        if (runs[i].status != CELL_OK) return i;
+    int order[100];
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort: n is small */
+        for (int j = i; j > 0 && runs[order[j]].step_s <
+                                     runs[order[j - 1]].step_s; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    return order[(n - 1) / 2];
+}
+
 static void run_grid(bench *b) {
     grid_progress g = {.t0 = progress_now(), .quiet = b->quiet};
     int timeline = b->timeline_budget >= 0 ? b->n_policies + 1 : 0;
-    g.total = b->n_models * (1 + b->n_policies * b->n_budgets + timeline);
+    int reps = b->repeat, cells = 1 + b->n_policies * b->n_budgets;
+    g.total = b->n_models * (cells * reps + timeline);
     const budget_spec unlimited = {.kind = BUDGET_UNLIMITED};
     char what[128], path[4096];
+    /* every run of every cell of a model, [cell][rep]; cell 0 is keep */
+    cell_result *runs = calloc((size_t)cells * (size_t)reps, sizeof *runs);
+    DELTA_ASSERTF(runs, "out of memory for %d cells x %d runs", cells, reps);
     for (int i = 0; i < b->n_models; i++) {
         bench_model *bm = &b->m[i];
-        run_cell(bm, "keep", unlimited, NULL, &bm->ref);
-        report_cell(&g, bm, "keep unlimited (the reference)", &bm->ref);
+        /* in rounds, so a slow spell of a shared machine hits every
+         * policy alike rather than one */
+        for (int rep = 0; rep < reps; rep++) {
+            run_cell(bm, "keep", unlimited, NULL, &runs[rep]);
+            if (rep == 0) bm->ref = runs[0];
+            report_cell(&g, bm, "keep unlimited (the reference)", &runs[rep]);
+            for (int k = 0; k < b->n_budgets; k++)
+                for (int p = 0; p < b->n_policies; p++) {
+                    cell_result *r = &runs[(1 + k * b->n_policies + p) *
+                                           reps + rep];
+                    run_cell(bm, b->policies[p], b->budgets[k], NULL, r);
+                    snprintf(what, sizeof what, "%s %s", b->policies[p],
+                             b->budget_label[k]);
+                    report_cell(&g, bm, what, r);
+                }
+        }
+        bm->ref = runs[median_run(runs, reps)];
         for (int k = 0; k < b->n_budgets; k++)
             for (int p = 0; p < b->n_policies; p++) {
-                cell_result *r = &bm->cells[p][k];
-                run_cell(bm, b->policies[p], b->budgets[k], NULL, r);
-                snprintf(what, sizeof what, "%s %s", b->policies[p],
-                         b->budget_label[k]);
-                report_cell(&g, bm, what, r);
+                const cell_result *r = &runs[(1 + k * b->n_policies + p) * reps];
+                bm->cells[p][k] = r[median_run(r, reps)];
             }
         if (!timeline) continue;
         /* the traced runs: only where the measured cell ran */
@@ -311,6 +360,7 @@ static void run_grid(bench *b) {
             report_cell(&g, bm, what, &r);
         }
     }
+    free(runs);
 }
 
 int cmd_bench(int argc, char **argv) {
