@@ -31,6 +31,8 @@ out=${OUT:-}
 if [ -z "$out" ]; then
     out=$(mktemp -d)
     trap 'rm -rf "$out"' EXIT
+else
+    mkdir -p "$out" || exit 1
 fi
 policies="swap,checkpoint,dtr,capuchin,autoswap,delta"
 budgets="90%,70%,50%,40%,30%"

@@ -496,7 +496,8 @@ static const policy_ops p_quiet = {
     .on_event = s_event};
 
 /* When the plan of a step cannot fit the budget the runtime goes on online
- * (within the budget) and tells the policy by how much it is over; with
+ * (within the budget) and, when the step repeated the one before, tells
+ * the policy by how much it is over; with
  * that much more the plan fits and the next step is replayed. */
 static void test_layout_over(void) {
     const size_t U = 256;
@@ -522,8 +523,11 @@ static void test_layout_over(void) {
             CHECK(st == DELTA_OK, "step %d: %s", step, err);
             CHECK(s.peak_device_bytes <= budget);
             if (!extra) {
-                CHECK(last_script.layout_over == step + 1 &&
-                          last_script.over_bytes == (double)U,
+                /* told from the second step on: the first has no step
+                 * before it to repeat, and a step that does not repeat
+                 * its predecessor says little about the next */
+                CHECK(last_script.layout_over == step &&
+                          (step == 0 || last_script.over_bytes == (double)U),
                       "step %d: %d events, excess %g", step,
                       last_script.layout_over, last_script.over_bytes);
                 CHECK(managed_layout_peak(m) == budget + U && !s.replayed,

@@ -67,9 +67,10 @@ typedef enum managed_event {
     MEV_LATE,        /* an op needed r and had to wait for it (wait_s:
                         seconds compute stalled; r was in flight, on the
                         host, or dropped) */
-    MEV_LAYOUT_OVER, /* after a training step, before end_step: the
-                        lifetime planner's placement of the step just run
-                        peaks above the budget, so the next step is placed
+    MEV_LAYOUT_OVER, /* after a training step that repeated the one
+                        before, before end_step: the lifetime planner's
+                        placement of the step just run peaks above the
+                        budget, so the next step is placed
                         online (with compaction moves) rather than
                         replayed. r is -1 and the last argument is the
                         excess in bytes (plan peak - budget): a planned
