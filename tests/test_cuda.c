@@ -256,7 +256,7 @@ typedef struct op_check {
     int failed;
     bool gpu_fed;      /* with vals: chain the GPU's outputs on */
     double top;        /* the worst output of all, and where */
-    char top_at[200];
+    char top_at[320];
 } op_check;
 
 /* Runs op on the CPU and twice on the GPU on the same inputs; compares.
