@@ -79,21 +79,27 @@ static inline bn_shape bn_shape_of(const delta_tensor *x) {
 #define DELTA_SHAPE_FN static inline
 #endif
 
-/* Global average pooling of one plane of hw floats: four double lanes,
- * summed in this order, times inv (1/hw). The CPU and CUDA kernels both
- * call it, so their outputs agree bit for bit. */
-DELTA_SHAPE_FN float delta_plane_mean(const float *xp, int64_t hw,
-                                      double inv) {
+/* Sum of a contiguous run of n floats in double: four fixed lanes, added
+ * in this order (the CPU's bias gradient and the pooling mean below). */
+DELTA_SHAPE_FN double delta_run_sum(const float *p, int64_t n) {
     double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     int64_t i = 0;
-    for (; i + 4 <= hw; i += 4) {
-        a0 += xp[i];
-        a1 += xp[i + 1];
-        a2 += xp[i + 2];
-        a3 += xp[i + 3];
+    for (; i + 4 <= n; i += 4) {
+        a0 += p[i];
+        a1 += p[i + 1];
+        a2 += p[i + 2];
+        a3 += p[i + 3];
     }
-    for (; i < hw; i++) a0 += xp[i];
-    return (float)(((a0 + a1) + (a2 + a3)) * inv);
+    for (; i < n; i++) a0 += p[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* Global average pooling of one plane of hw floats: delta_run_sum times
+ * inv (1/hw). The CPU and CUDA kernels both call it, so their outputs
+ * agree bit for bit. */
+DELTA_SHAPE_FN float delta_plane_mean(const float *xp, int64_t hw,
+                                      double inv) {
+    return (float)(delta_run_sum(xp, hw) * inv);
 }
 
 #endif

@@ -26,6 +26,7 @@
  * thread count. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
+#include "backend/kernel_shapes.h"
 #include "delta/cpu.h"
 
 #include <string.h>
@@ -636,19 +637,6 @@ void delta_k_conv2d_dw(const delta_kargs *k) {
     }
 }
 
-/* Sum of a contiguous run in double, four fixed partial sums. */
-static double sum_run(const float *p, int64_t n) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
-    }
-    for (; i < n; i++) a0 += p[i];
-    return (a0 + a1) + (a2 + a3);
-}
 
 void delta_k_bias_grad_nchw(const delta_kargs *k) {
     /* ins: dy (N,K,P,Q); outs: db (K) */
@@ -661,7 +649,7 @@ void delta_k_bias_grad_nchw(const delta_kargs *k) {
     for (int64_t kk = 0; kk < K; kk++) {
         double acc = 0;
         for (int64_t n = 0; n < N; n++)
-            acc += sum_run(dy + (n * K + kk) * pq, pq);
+            acc += delta_run_sum(dy + (n * K + kk) * pq, pq);
         db[kk] = (float)acc;
     }
 }
