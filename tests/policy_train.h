@@ -110,6 +110,21 @@ static inline void feed(delta_session *s, const built *b, int step) {
 
 typedef enum outcome { RAN, REFUSED, FAILED_RUN } outcome;
 
+/* What a run hands back to be compared: every PARAM and STATE tensor (the
+ * trained values and the optimizer's and batch norm's state), in id order. */
+static inline bool trained_state(const delta_tensor *t) {
+    delta_tensor_kind k = delta_tensor_kind_of(t);
+    return k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE;
+}
+
+static inline size_t trained_state_bytes(delta_ctx *c) {
+    size_t n = 0;
+    for (int i = 0; i < delta_ctx_n_tensors(c); i++)
+        if (trained_state(delta_ctx_tensor(c, i)))
+            n += delta_tensor_bytes(delta_ctx_tensor(c, i));
+    return n;
+}
+
 /* Trains train_steps steps; on RAN fills *out with every PARAM and STATE tensor's
  * bytes, concatenated, and *peak with the highest high-water mark. */
 static inline outcome train(const model_case *mc, delta_backend *be,
@@ -166,18 +181,11 @@ static inline outcome train(const model_case *mc, delta_backend *be,
         sum->min_budget_bytes = ss.min_budget_bytes;
     }
     if (oc == RAN) {
-        size_t n = 0;
-        for (int i = 0; i < delta_ctx_n_tensors(b.ctx); i++) {
-            delta_tensor *t = delta_ctx_tensor(b.ctx, i);
-            delta_tensor_kind k = delta_tensor_kind_of(t);
-            if (k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE)
-                n += delta_tensor_bytes(t);
-        }
+        size_t n = trained_state_bytes(b.ctx);
         char *buf = malloc(n), *p = buf;
         for (int i = 0; i < delta_ctx_n_tensors(b.ctx); i++) {
             delta_tensor *t = delta_ctx_tensor(b.ctx, i);
-            delta_tensor_kind k = delta_tensor_kind_of(t);
-            if (k != DELTA_KIND_PARAM && k != DELTA_KIND_STATE) continue;
+            if (!trained_state(t)) continue;
             CHECK(delta_session_read(s, t, p, delta_tensor_bytes(t)) == DELTA_OK,
                   "read %s: %s", delta_tensor_name(t), delta_session_error(s));
             p += delta_tensor_bytes(t);

@@ -483,16 +483,9 @@ static bool op_chain(const model_case *mc, delta_backend *be, int steps,
                 check_op(be, c, &c->ops[i], &env, m, vals);
     }
     if (out) {
-        size_t n = 0;
+        char *p = *out = malloc(*out_n = trained_state_bytes(b.ctx));
         for (int i = 0; i < c->n_tensors; i++)
-            if (c->tensors[i]->kind == DELTA_KIND_PARAM ||
-                c->tensors[i]->kind == DELTA_KIND_STATE)
-                n += c->tensors[i]->bytes;
-        char *p = *out = malloc(n);
-        *out_n = n;
-        for (int i = 0; i < c->n_tensors; i++)
-            if (c->tensors[i]->kind == DELTA_KIND_PARAM ||
-                c->tensors[i]->kind == DELTA_KIND_STATE) {
+            if (trained_state(c->tensors[i])) {
                 memcpy(p, vals[i], c->tensors[i]->bytes);
                 p += c->tensors[i]->bytes;
             }
@@ -640,8 +633,7 @@ static void explain_drift(const model_case *mc, delta_backend *cpu,
                    mc->label, steps);
             for (int i = 0; i < delta_ctx_n_tensors(b.ctx); i++) {
                 delta_tensor *t = delta_ctx_tensor(b.ctx, i);
-                delta_tensor_kind k = delta_tensor_kind_of(t);
-                if (k != DELTA_KIND_PARAM && k != DELTA_KIND_STATE) continue;
+                if (!trained_state(t)) continue;
                 const float *a = (const float *)(d + off);
                 const float *r = (const float *)(h + off);
                 size_t wi;
