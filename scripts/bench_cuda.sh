@@ -48,10 +48,12 @@ device=$(nvidia-smi --query-gpu=name,memory.total,driver_version \
 [ -n "$device" ] || device="(nvidia-smi not found)"
 
 declare -A jobs=(
-    [resnet50]="--model resnet50 --batch 64 --image-size 224 --channels 3 --classes 1000 --data synthetic --optimizer sgd"
-    [gpt2]="--model gpt2-small --batch 8 --seq-len 1024 --data synthetic --optimizer adamw"
+    [resnet50]="--model resnet50 --image-size 224 --channels 3 --classes 1000 --data synthetic --optimizer sgd"
+    [gpt2]="--model gpt2-small --seq-len 1024 --data synthetic --optimizer adamw"
 )
-declare -A torch_args=([resnet50]="resnet50 64 $steps" [gpt2]="gpt2 8 1024 $steps")
+# the batch apart: maxbatch searches it
+declare -A batch=([resnet50]=64 [gpt2]=8)
+declare -A torch_args=([resnet50]="resnet50 ${batch[resnet50]} $steps" [gpt2]="gpt2 ${batch[gpt2]} 1024 $steps")
 order="resnet50 gpt2"
 
 run() { # run NAME BACKEND BUDGET POLICY: one cell into $tmp/NAME.BACKEND.POLICY.BUDGET
@@ -61,7 +63,7 @@ run() { # run NAME BACKEND BUDGET POLICY: one cell into $tmp/NAME.BACKEND.POLICY
     echo "  $name $be $policy $budget" >&2
     # keep on the GPU also leaves a trace: where its step goes, per op type
     [ "$be" = cuda ] && [ "$policy" = keep ] && extra="$extra --trace $cell.trace.json"
-    "$bin" train ${jobs[$name]} $extra --steps "$steps" --policy "$policy" \
+    "$bin" train ${jobs[$name]} --batch "${batch[$name]}" $extra --steps "$steps" --policy "$policy" \
         --budget "$budget" --quiet --json "$cell.jsonl" >/dev/null 2>"$cell.err"
     local rc=$?
     [ -f "$cell.trace.json" ] && $py "$here/trace_ops.py" "$cell.trace.json" \
@@ -88,7 +90,7 @@ for name in $order; do
         # (MB_BUDGET), with the simulator given the same memory
         for be in "--backend cuda" "--backend sim --gpu $sim_gpu"; do
             echo "  $name maxbatch $be" >&2
-            "$bin" maxbatch ${jobs[$name]%%--batch *} ${jobs[$name]#*--batch [0-9]* } \
+            "$bin" maxbatch ${jobs[$name]} \
                 $be --budget "${MB_BUDGET:-8GiB}" --steps "${MB_STEPS:-6}" \
                 --policies keep,delta --quiet \
                 >"$tmp/$name.maxbatch.${be##* }" 2>&1
