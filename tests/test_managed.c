@@ -224,7 +224,7 @@ static result run_steps(int kind, const policy_ops *pol, double budget_frac,
         sim ? delta_backend_sim_new(
                   &(delta_sim_backend_opts){.gpu = "a100-80g"}, err, sizeof err)
             : delta_backend_cpu_new(
-                  &(delta_cpu_backend_opts){link_gbps, link_gbps > 0 ? -1 : 0},
+                  &(delta_cpu_backend_opts){.link_gbps = link_gbps, .link_latency_s = link_gbps > 0 ? -1 : 0},
                   err, sizeof err);
     delta_dry_plan dp;
     CHECK(delta_dry_plan_build(c2, &dp, NULL, 0) == DELTA_OK);

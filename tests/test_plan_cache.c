@@ -133,7 +133,7 @@ static const policy_ops probe = {.name = "probe", .create = p_create,
 static void test_managed_views(void) {
     built a = build("gpt2-tiny", 2, 16, 1e-3f);
     char err[256] = "";
-    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0}, err,
+    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, err,
                                              sizeof err);
     CHECK(b, "%s", err);
     if (!b) return;
@@ -322,7 +322,7 @@ static void test_session_handover(void) {
     built b = build("gpt2-tiny", 2, 16, 1e-2f);
     char err[256] = "";
     delta_backend *be = delta_backend_cpu_new(
-        &(delta_cpu_backend_opts){0, 0}, err, sizeof err);
+        &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, err, sizeof err);
     CHECK(be, "%s", err);
     delta_dry_plan dp;
     CHECK(delta_dry_plan_build(b.ctx, &dp, NULL, 0) == DELTA_OK);

@@ -70,7 +70,7 @@ static void check_same_bits_policy(int kind, size_t budget, const char *policy,
     delta_ctx *c1 = build(kind), *c2 = build(kind);
     char err[512];
     delta_exec *ex = delta_exec_new(c1, NULL, err, sizeof err);
-    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0},
+    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0},
                                              err, sizeof err);
     delta_status st;
     delta_session_opts so = {.backend = b, .budget_bytes = budget,
@@ -150,7 +150,7 @@ static void test_dtr_exact(void) {
 static void test_budgets(void) {
     delta_ctx *c = build(0);
     char err[512];
-    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0},
+    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0},
                                              err, sizeof err);
     delta_dry_plan dp;
     CHECK(delta_dry_plan_build(c, &dp, err, sizeof err) == DELTA_OK);
@@ -171,7 +171,7 @@ static void test_budgets(void) {
     /* the unlimited arena is exactly enough: the same size as a budget
      * trains to the same bits */
     c = build(0);
-    b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0}, err, sizeof err);
+    b = delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, err, sizeof err);
     delta_session_opts su = {.backend = b};
     delta_session *s = delta_session_new(c, &su, &st, err, sizeof err);
     CHECK(s != NULL, "%s", err);
@@ -191,7 +191,7 @@ static void test_outputs_and_access(void) {
     delta_tensor *act = delta_ctx_tensor(c, delta_tensor_id(loss) - 1);
     delta_backward(c, loss);
     char err[512];
-    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){0, 0},
+    delta_backend *b = delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0},
                                              err, sizeof err);
     delta_status st;
     delta_session *s = delta_session_new(c, &(delta_session_opts){.backend = b},

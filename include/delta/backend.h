@@ -28,6 +28,10 @@ typedef struct delta_cpu_backend_opts {
     /* Fixed cost per copy in seconds. < 0: the default, 10 us on a
      * throttled link and none on an unthrottled one; 0: none. */
     double link_latency_s;
+    /* Nonzero: every item of every stream (kernels, copies, waits) is
+     * delayed by a random 0-200 us drawn from this seed, to shake out
+     * ordering bugs (the results must not change). */
+    uint64_t jitter_seed;
 } delta_cpu_backend_opts;
 
 /* Both constructors return NULL and write a message to err on failure

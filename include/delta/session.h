@@ -80,6 +80,16 @@ typedef struct delta_step_stats {
     bool replayed;               /* the pool replayed the planned layout */
     size_t host_bytes;           /* host store held at the step's end
                                     (swapped tensors' buffers, kept) */
+    /* The host against the device (the host runs ahead of the device and
+     * never waits for it inside a steady step): */
+    int host_syncs;              /* blocking host waits on the device inside
+                                    the step, the run-ahead throttle and
+                                    the step's end (its loss) apart */
+    int throttle_waits;          /* waits of the run-ahead throttle */
+    double host_busy_s;          /* host seconds issuing the step, its
+                                    blocking waits apart */
+    double device_busy_s;        /* compute-stream seconds of the step's
+                                    kernels and moves */
 } delta_step_stats;
 
 /* Places the program: checks the budget against the dry plan (DELTA_ERR_

@@ -9,10 +9,17 @@
  * before it has finished. Because streams are in order, an event is just
  * (stream, sequence number): no event objects are allocated.
  *
+ * Asynchrony: every stream is asynchronous to the host. run and copy
+ * (compute stream included) only enqueue; wait orders streams on the
+ * device and never blocks the caller; query never blocks; only sync (and
+ * upload/download, the host's own accesses) blocks the host. The runtime
+ * keeps the host ahead of the device and counts its blocking waits
+ * (delta_backend_sync below; host_syncs in the step figures).
+ *
  * Threads: the runtime calls a backend from one host thread at a time (the
- * cpu backend's copy engines are its own threads, hidden behind this
- * interface). Buffers handed to copy() must stay valid and untouched by the
- * host until the copy's event is complete. */
+ * cpu backend's compute and copy engines are its own threads, hidden behind
+ * this interface). Buffers handed to copy() and run() must stay valid and
+ * untouched by the host until a later event of that stream is complete. */
 #ifndef DELTA_BACKEND_IMPL_H
 #define DELTA_BACKEND_IMPL_H
 
@@ -48,33 +55,39 @@ typedef struct delta_backend_ops {
      * token that must not be dereferenced. */
     void *(*host_alloc)(void *ctx, size_t bytes);
     void (*host_free)(void *ctx, void *p);
-    /* Runs k->op's kernel on the compute stream (cpu: synchronously in the
-     * caller's thread; sim: advances the compute clock by its cost). */
+    /* Enqueues k->op's kernel on the compute stream (cpu: a copy of *k and
+     * *k->env goes to the compute thread's ring; sim: advances the compute
+     * clock by its cost; cuda: launches). One item of the compute stream. */
     void (*run)(void *ctx, const delta_kargs *k);
-    /* Asynchronous copy of bytes on copy stream s (TO_HOST or TO_DEVICE).
-     * On the compute stream the copy is a device-side move, in order with
-     * the kernels (cpu: a synchronous memcpy). */
+    /* Asynchronous copy of bytes on stream s. On a copy stream (TO_HOST,
+     * TO_DEVICE) it crosses the host link; on the compute stream it is a
+     * device-side move, in order with the kernels. One item of s. */
     void (*copy)(void *ctx, delta_stream s, void *dst, const void *src,
                  size_t bytes);
     /* Marks the current end of stream s. */
     delta_event (*record)(void *ctx, delta_stream s);
-    /* Later work on stream s starts only after e is complete. For the
-     * compute stream on cpu this blocks the caller until e completes; on a
-     * copy stream it never blocks the caller. e must have been recorded. */
+    /* Later work on stream s starts only after e is complete. Never blocks
+     * the caller, on any stream. e must have been recorded. */
     void (*wait)(void *ctx, delta_stream s, delta_event e);
-    /* Whether e is complete now (sim: by the host's time, which is the
-     * compute clock). Never blocks. */
+    /* Whether e is complete now (sim: by the host's clock). Never blocks. */
     bool (*query)(void *ctx, delta_event e);
-    /* Blocks the host until e is complete (sim: moves the compute clock,
-     * which is also the host's, to e's time). */
+    /* Blocks the host until e is complete (sim: moves the host clock to
+     * e's time, plus the cost of a blocking wait). */
     void (*sync)(void *ctx, delta_event e);
-    /* When the item that e marks (the e.seq-th item of its copy stream)
-     * started and finished, on the clock below. false when it is not
-     * complete yet or too old to be remembered (the last
-     * DELTA_SPAN_HISTORY items of each copy stream are). */
+    /* When the item that e marks (the e.seq-th item of its stream: a
+     * kernel, a copy or a device-side move; compute stream included)
+     * started and finished on the device, on clock()'s timeline. false
+     * when it is not complete yet, is a wait, or is too old to be
+     * remembered (the last DELTA_SPAN_HISTORY items of each stream are).
+     * Never blocks. */
     bool (*span)(void *ctx, delta_event e, double *t0, double *t1);
-    /* Seconds on the compute stream's clock: wall time (CLOCK_MONOTONIC) on
-     * cpu, the virtual compute clock on sim. */
+    /* The time, on clock()'s timeline, at which the device reached e on
+     * its stream: the later of when e was recorded and when the items
+     * before it finished. false when e is not complete yet. Never blocks. */
+    bool (*event_time)(void *ctx, delta_event e, double *t);
+    /* The host's clock in seconds: wall time (CLOCK_MONOTONIC) on cpu and
+     * cuda (cuda maps it onto the GPU events' timeline), the virtual host
+     * clock on sim. Never blocks. */
     double (*clock)(void *ctx);
     /* Seconds an op would take (sim: the cost model; cpu: NULL). */
     double (*op_cost)(void *ctx, const delta_op *op);
@@ -99,6 +112,11 @@ struct delta_backend {
     double link_latency_s;
     double device_bytes;  /* 0 = no fixed device size */
     bool has_data;        /* false on sim: buffers hold no data */
+    /* Kept by the wrappers below, read by the runtime: blocking host waits
+     * on events not yet complete (delta_backend_sync), the seconds the
+     * host spent in them, and the run-ahead throttle's waits apart. */
+    uint64_t host_syncs, throttle_waits;
+    double host_wait_s;
 };
 
 /* ---- wrappers the runtime calls ----------------------------------------- */
@@ -136,8 +154,28 @@ static inline void delta_backend_wait(delta_backend *b, delta_stream s,
 static inline bool delta_backend_query(delta_backend *b, delta_event e) {
     return b->ops->query(b->ctx, e);
 }
+/* A blocking host wait on e: counted (host_syncs, host_wait_s) when e is
+ * not complete yet. The runtime allows itself none inside a steady step. */
 static inline void delta_backend_sync(delta_backend *b, delta_event e) {
+    if (b->ops->query(b->ctx, e)) return;
+    double t0 = b->ops->clock(b->ctx);
     b->ops->sync(b->ctx, e);
+    b->host_syncs++;
+    b->host_wait_s += b->ops->clock(b->ctx) - t0;
+}
+/* The run-ahead throttle's wait: the host blocks until e (an event of the
+ * compute stream some ops back) so that it stays a bounded number of ops
+ * ahead of the device. Counted apart from host_syncs. */
+static inline void delta_backend_throttle(delta_backend *b, delta_event e) {
+    if (b->ops->query(b->ctx, e)) return;
+    double t0 = b->ops->clock(b->ctx);
+    b->ops->sync(b->ctx, e);
+    b->throttle_waits++;
+    b->host_wait_s += b->ops->clock(b->ctx) - t0;
+}
+static inline bool delta_backend_event_time(delta_backend *b, delta_event e,
+                                            double *t) {
+    return b->ops->event_time(b->ctx, e, t);
 }
 static inline bool delta_backend_span(delta_backend *b, delta_event e,
                                       double *t0, double *t1) {

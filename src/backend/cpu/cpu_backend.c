@@ -94,6 +94,7 @@ struct cpu_backend {
     /* host thread only */
     void *arena;
     uint64_t compute_seq;
+    double *cspan_t0, *cspan_t1;  /* compute items, by seq % history */
 };
 
 static engine *eng_of(cpu_backend *be, delta_stream s) {
@@ -214,18 +215,27 @@ static void cpu_host_free(void *ctx, void *p) {
     delta_free_aligned(p);
 }
 
+static void compute_span(cpu_backend *be, double t0) {
+    be->compute_seq++;
+    size_t slot = (size_t)be->compute_seq % DELTA_SPAN_HISTORY;
+    be->cspan_t0[slot] = t0;
+    be->cspan_t1[slot] = now_s();
+}
+
 static void cpu_run(void *ctx, const delta_kargs *k) {
     cpu_backend *be = ctx;
+    double t0 = now_s();
     delta_cpu_run(k);
-    be->compute_seq++;
+    compute_span(be, t0);
 }
 
 static void cpu_copy(void *ctx, delta_stream s, void *dst, const void *src,
                      size_t bytes) {
     cpu_backend *be = ctx;
     if (s == DELTA_STREAM_COMPUTE) {
+        double t0 = now_s();
         if (bytes) memmove(dst, src, bytes);
-        be->compute_seq++;
+        compute_span(be, t0);
         return;
     }
     engine *e = eng_of(be, s);
@@ -261,7 +271,16 @@ static bool cpu_query(void *ctx, delta_event e) {
 
 static bool cpu_span(void *ctx, delta_event e, double *t0, double *t1) {
     cpu_backend *be = ctx;
-    if (e.stream == DELTA_STREAM_COMPUTE || e.seq == 0) return false;
+    if (e.seq == 0) return false;
+    if (e.stream == DELTA_STREAM_COMPUTE) {
+        if (e.seq > be->compute_seq ||
+            be->compute_seq - e.seq >= DELTA_SPAN_HISTORY)
+            return false;
+        size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
+        *t0 = be->cspan_t0[slot];
+        *t1 = be->cspan_t1[slot];
+        return true;
+    }
     engine *en = eng_of(be, e.stream);
     pthread_mutex_lock(&be->mu);
     bool ok = en->completed >= e.seq &&
@@ -273,6 +292,17 @@ static bool cpu_span(void *ctx, delta_event e, double *t0, double *t1) {
     }
     pthread_mutex_unlock(&be->mu);
     return ok;
+}
+
+static bool cpu_event_time(void *ctx, delta_event e, double *t) {
+    cpu_backend *be = ctx;
+    double t0, t1;
+    if (!cpu_query(be, e)) return false;
+    /* the item before e ended when it ended; e itself was reached no
+     * earlier than it was recorded */
+    *t = e.time;
+    if (e.seq && cpu_span(be, e, &t0, &t1) && t1 > *t) *t = t1;
+    return true;
 }
 
 static void cpu_wait(void *ctx, delta_stream s, delta_event e) {
@@ -316,6 +346,8 @@ static void cpu_destroy(void *ctx) {
     pthread_cond_destroy(&be->done);
     pthread_mutex_destroy(&be->mu);
     delta_free_aligned(be->arena);
+    free(be->cspan_t0);
+    free(be->cspan_t1);
     free(be);
 }
 
@@ -331,6 +363,7 @@ static const delta_backend_ops cpu_ops = {
     .query = cpu_query,
     .sync = cpu_sync,
     .span = cpu_span,
+    .event_time = cpu_event_time,
     .clock = cpu_clock,
     .op_cost = NULL,
     .destroy = cpu_destroy,
@@ -416,6 +449,8 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
 
     pthread_mutex_init(&be->mu, NULL);
     pthread_cond_init(&be->done, NULL);
+    be->cspan_t0 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
+    be->cspan_t1 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
     for (int i = 0; i < 2; i++) {
         engine *e = &be->eng[i];
         e->be = be;
@@ -425,7 +460,8 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
         e->ring = calloc(RING_CAP, sizeof *e->ring);
         e->span_t0 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
         e->span_t1 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
-        if (!e->ring || !e->span_t0 || !e->span_t1) {
+        if (!e->ring || !e->span_t0 || !e->span_t1 || !be->cspan_t0 ||
+            !be->cspan_t1) {
             snprintf(err, err_len, "cpu backend: out of host memory");
             cpu_destroy(be);
             return NULL;

@@ -268,6 +268,21 @@ static bool cu_span(void *ctx, delta_event e, double *t0, double *t1) {
     return true;
 }
 
+static bool cu_event_time(void *ctx, delta_event e, double *t) {
+    cuda_backend *be = ctx;
+    DELTA_ASSERT((unsigned)e.stream < DELTA_STREAM_COUNT);
+    cstream *cs = &be->st[e.stream];
+    size_t slot = (size_t)(e.seq % EV_RING);
+    if (e.seq == 0 || cs->ev_seq[slot] != e.seq) return false;
+    cudaError_t r = cudaEventQuery(cs->ev[slot]);
+    if (r == cudaErrorNotReady) return false;
+    DELTA_ASSERTF(r == cudaSuccess, "cudaEventQuery: %s",
+                  cudaGetErrorString(r));
+    mark_done(be, e);
+    *t = since_base(be, cs->ev[slot]);
+    return true;
+}
+
 static double cu_clock(void *ctx) {
     cuda_backend *be = ctx;
     CK(cudaEventRecord(be->t_now, be->st[DELTA_STREAM_COMPUTE].s));
@@ -339,6 +354,7 @@ static const delta_backend_ops cuda_ops = {
     .query = cu_query,
     .sync = cu_sync,
     .span = cu_span,
+    .event_time = cu_event_time,
     .clock = cu_clock,
     .op_cost = NULL,
     .destroy = cu_destroy,

@@ -107,10 +107,19 @@ static void sim_host_free(void *ctx, void *p) {
     (void)p;
 }
 
+/* Remembers the span of stream s's next item. */
+static void note_span(sim_backend *sb, delta_stream s, double t0, double t1) {
+    size_t slot = (size_t)(sb->seq[s] + 1) % DELTA_SPAN_HISTORY;
+    sb->span[s][slot][0] = t0;
+    sb->span[s][slot][1] = t1;
+}
+
 static void sim_run(void *ctx, const delta_kargs *k) {
     sim_backend *sb = ctx;
+    double t0 = sb->clock[DELTA_STREAM_COMPUTE];
     sb->clock[DELTA_STREAM_COMPUTE] +=
         delta_sim_op_seconds(sb->gpu, sb->tensor_cores, k->op);
+    note_span(sb, DELTA_STREAM_COMPUTE, t0, sb->clock[DELTA_STREAM_COMPUTE]);
     sb->seq[DELTA_STREAM_COMPUTE]++;
 }
 
@@ -121,15 +130,15 @@ static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
     (void)src;
     DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
     if (s == DELTA_STREAM_COMPUTE) {
+        double start = sb->clock[s];
         sb->clock[s] += DELTA_SIM_LAUNCH_S +
                         2.0 * (double)bytes /
                             (sb->gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
+        note_span(sb, s, start, sb->clock[s]);
     } else {
         double start = max2(sb->clock[s], sb->clock[DELTA_STREAM_COMPUTE]);
         sb->clock[s] = start + delta_sim_copy_seconds(sb->gpu, (double)bytes);
-        size_t slot = (size_t)(sb->seq[s] + 1) % DELTA_SPAN_HISTORY;
-        sb->span[s][slot][0] = start;
-        sb->span[s][slot][1] = sb->clock[s];
+        note_span(sb, s, start, sb->clock[s]);
     }
     sb->seq[s]++;
 }
@@ -160,14 +169,19 @@ static void sim_sync(void *ctx, delta_event e) {
 
 static bool sim_span(void *ctx, delta_event e, double *t0, double *t1) {
     sim_backend *sb = ctx;
-    if (e.stream == DELTA_STREAM_COMPUTE || e.seq == 0 ||
-        e.seq > sb->seq[e.stream] ||
+    if (e.seq == 0 || e.seq > sb->seq[e.stream] ||
         sb->seq[e.stream] - e.seq >= DELTA_SPAN_HISTORY ||
         !sim_query(ctx, e))
         return false;
     size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
     *t0 = sb->span[e.stream][slot][0];
     *t1 = sb->span[e.stream][slot][1];
+    return true;
+}
+
+static bool sim_event_time(void *ctx, delta_event e, double *t) {
+    if (!sim_query(ctx, e)) return false;
+    *t = e.time;
     return true;
 }
 
@@ -195,6 +209,7 @@ static const delta_backend_ops sim_ops = {
     .query = sim_query,
     .sync = sim_sync,
     .span = sim_span,
+    .event_time = sim_event_time,
     .clock = sim_clock,
     .op_cost = sim_op_cost,
     .destroy = sim_destroy,
