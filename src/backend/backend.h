@@ -91,6 +91,9 @@ typedef struct delta_backend_ops {
     double (*clock)(void *ctx);
     /* Seconds an op would take (sim: the cost model; cpu: NULL). */
     double (*op_cost)(void *ctx, const delta_op *op);
+    /* Names the next item issued on stream s (a tensor's name), for tools
+     * that watch the streams (the stream-order checker). NULL: ignored. */
+    void (*label)(void *ctx, delta_stream s, const char *what);
     /* Drains every stream, then frees everything, the delta_backend
      * included. */
     void (*destroy)(void *ctx);
@@ -180,6 +183,10 @@ static inline bool delta_backend_event_time(delta_backend *b, delta_event e,
 static inline bool delta_backend_span(delta_backend *b, delta_event e,
                                       double *t0, double *t1) {
     return b->ops->span(b->ctx, e, t0, t1);
+}
+static inline void delta_backend_label(delta_backend *b, delta_stream s,
+                                       const char *what) {
+    if (b->ops->label) b->ops->label(b->ctx, s, what);
 }
 static inline double delta_backend_clock(delta_backend *b) {
     return b->ops->clock(b->ctx);

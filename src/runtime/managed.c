@@ -57,6 +57,7 @@ double managed_op_seconds(const managed *m, int op) {
     return o->flops / 1e11 + o->bytes / 1e10 + 1e-6; /* ~a 2-core CPU */
 }
 double managed_now(const managed *m) { return delta_backend_clock(m->b); }
+double managed_run_seconds(const managed *m) { return m->run_s; }
 int64_t managed_clock(const managed *m) { return m->ticks; }
 int managed_cur_op(const managed *m) { return m->cur_op; }
 int64_t managed_step(const managed *m) { return m->step; }
@@ -161,7 +162,12 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
             m->rv[r].state != RES_FREE)
             mg_free_root(m, r);
     delta_pool_reset_peaks(m->pool);
-    double t0 = managed_now(m);
+    /* the host's own figures of this run, and the device's start */
+    uint64_t syncs0 = m->b->host_syncs, throttles0 = m->b->throttle_waits;
+    double waits0 = m->b->host_wait_s, h0 = managed_now(m);
+    m->step_begin = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
+    m->prev_end = -1;
+    m->device_busy = 0;
     m->cur_op = -1;
     /* a training step is a replay step (residency.c, "Layout"); forward and
      * eval runs are placed online and leave the plan alone */
@@ -173,7 +179,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         const delta_op *op = &c->ops[i];
         if (m->fwd_only && op->phase != DELTA_PHASE_FORWARD) continue;
         m->cur_op = i;
-        mg_reap(m);
+        mg_collect(m);
         if (m->pol->before_op) m->pol->before_op(m->pst, m, i);
         ok = m->fail_st == DELTA_OK && mg_run_op(m, op, false);
         for (int j = 0; ok && j < op->n_in + op->n_out; j++) {
@@ -189,7 +195,23 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         ok = ok && m->fail_st == DELTA_OK;
     }
     m->cur_op = -1;
-    if (ok) mg_drain(m); /* a step ends when its copies have landed */
+    /* a step ends when its copies have landed: the compute stream waits
+     * for them on the device; then the host waits once for the step's end
+     * (where the caller reads the loss), the only wait of a steady step */
+    delta_event end = mg_join(m);
+    m->st.host_syncs = (int)(m->b->host_syncs - syncs0);
+    m->st.throttle_waits = (int)(m->b->throttle_waits - throttles0);
+    m->st.host_busy_s =
+        managed_now(m) - h0 - (m->b->host_wait_s - waits0);
+    m->b->ops->sync(m->b->ctx, end);
+    mg_collect(m);
+    mg_collect_ops(m);
+    DELTA_ASSERT(m->issued.n == 0);
+    double e0 = 0, e1 = 0;
+    bool timed = delta_backend_event_time(m->b, m->step_begin, &e0) &&
+                 delta_backend_event_time(m->b, end, &e1);
+    m->run_s = timed ? e1 - e0 : managed_now(m) - h0;
+    m->st.device_busy_s = m->device_busy;
     delta_replay_step rep = {0};
     if (traced) {
         delta_replay_step_end(m->rp, &rep);
@@ -235,7 +257,6 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         }
     }
     if (m->pol->end_step) m->pol->end_step(m->pst, m, ok);
-    double t1 = managed_now(m);
     if (!ok || m->fail_st != DELTA_OK) {
         if (m->fail_st == DELTA_OK)
             mg_failf(m, DELTA_ERR_STATE, "the run failed");
@@ -247,7 +268,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         delta_pool_stats ps;
         delta_pool_get_stats(m->pool, &ps);
         *stats = m->st;
-        stats->step_s = t1 - t0;
+        stats->step_s = m->run_s;
         stats->peak_device_bytes = ps.peak_address;
         stats->live_peak_bytes = ps.peak_live_bytes;
         stats->replayed = traced && rep.replayed;
@@ -312,8 +333,13 @@ void managed_free(managed *m) {
     free(m->off);
     free(m->host);
     free(m->ev);
-    free(m->free_after);
-    free(m->inflight);
+    free(m->host_written);
+    free(m->host_read);
+    for (int k = 0; k < 2; k++) {
+        free(m->copies[k].a);
+        free(m->tags[k].a);
+    }
+    free(m->issued.a);
     free(m->temps);
     free(m->is_temp);
     free(m->scratch);
@@ -393,8 +419,17 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->off = calloc(n1, sizeof(size_t));
     m->host = calloc(n1, sizeof(void *));
     m->ev = calloc(n1, sizeof(delta_event));
-    m->free_after = calloc(n1, sizeof(bool));
-    m->inflight = calloc(n1, sizeof(int));
+    m->host_written = calloc(n1, sizeof(delta_event));
+    m->host_read = calloc(n1, sizeof(delta_event));
+    m->blocking = o->sync_every_op;
+    m->issued.cap = o->run_ahead > 0 ? o->run_ahead : MANAGED_RUN_AHEAD;
+    m->issued.a = calloc((size_t)m->issued.cap, sizeof(mg_issued));
+    for (int k = 0; k < 2; k++) {
+        m->copies[k].cap = m->tags[k].cap = 64;
+        m->copies[k].a = calloc(64, sizeof(mg_copy));
+        m->tags[k].a = calloc(64, sizeof(mg_tag));
+        if (!m->copies[k].a || !m->tags[k].a) goto nomem;
+    }
     m->temps = calloc(n1, sizeof(int));
     m->is_temp = calloc(n1, sizeof(bool));
     m->scratch = calloc(n1, sizeof(mg_slot));
@@ -405,7 +440,8 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
-        !m->host || !m->ev || !m->free_after || !m->inflight || !m->temps || !m->is_temp || !m->scratch ||
+        !m->host || !m->ev || !m->host_written || !m->host_read ||
+        !m->issued.a || !m->temps || !m->is_temp || !m->scratch ||
         !m->gaps || !m->gap_off || !m->dest || !m->order ||
         !m->op_s || !m->op_measured)
         goto nomem;

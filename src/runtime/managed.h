@@ -127,7 +127,10 @@ bool managed_op_measured(const managed *m, int op);
 double managed_link_seconds(const managed *m, size_t bytes);
 /* The same for one direction, from that direction's copies only. */
 double managed_link_seconds_dir(const managed *m, size_t bytes, bool to_host);
-double managed_now(const managed *m);      /* the backend's clock, s */
+double managed_now(const managed *m);      /* the host's clock, s */
+/* Seconds the last run took on the device (from its start to its copies'
+ * and kernels' end), resolved at its end: valid in end_step. */
+double managed_run_seconds(const managed *m);
 int64_t managed_clock(const managed *m);   /* ops run so far (accesses) */
 int managed_cur_op(const managed *m);      /* op being run, -1 between */
 int64_t managed_step(const managed *m);    /* step of the current run */
@@ -201,7 +204,14 @@ typedef struct managed_opts {
                                       policies) */
     delta_plan_cache *plans;       /* may be NULL */
     size_t host_limit;             /* host store cap; 0 = none */
+    int run_ahead;                 /* most ops the host may be ahead of the
+                                      compute stream; 0 = MANAGED_RUN_AHEAD */
+    bool sync_every_op;            /* the host waits for every op (the
+                                      first runtime's behaviour, kept to
+                                      measure what waiting costs) */
 } managed_opts;
+
+#define MANAGED_RUN_AHEAD 64
 
 managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
                      delta_status *status, char *err, size_t err_len);

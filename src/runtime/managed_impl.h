@@ -13,6 +13,38 @@ typedef struct mg_slot {
     int r;
 } mg_slot;
 
+/* A copy issued on a copy stream, collected (traced, measured) once it is
+ * complete: copies on one stream finish in order, so collection stops at
+ * the first unfinished one. */
+typedef struct mg_copy {
+    int r;
+    size_t bytes;
+    delta_event e;
+} mg_copy;
+
+/* Stream-ordered release: device bytes [off, off + size) given back while
+ * a copy on another stream may still touch them. The next user of any of
+ * those bytes on another stream waits for e on the device. */
+typedef struct mg_tag {
+    size_t off, size;
+    delta_event e;
+} mg_tag;
+
+/* A ring of T, first at head, n held, cap slots. */
+#define MG_RING(T) struct { T *a; int head, n, cap; }
+
+/* An op issued on the compute stream, timed from its span once complete
+ * (at least one op late, never by waiting). The copies it was made to
+ * wait for on the device tell whether it started late (a stall). */
+typedef struct mg_issued {
+    int op;
+    bool recompute;
+    delta_event e;                    /* the op's item on compute */
+    int n_awaited;
+    int awaited[DELTA_MAX_OP_IN];     /* roots swapped in for it */
+    delta_event awaited_e[DELTA_MAX_OP_IN];
+} mg_issued;
+
 struct managed {
     delta_ctx *ctx;
     delta_backend *b;
@@ -36,11 +68,24 @@ struct managed {
     void **host;               /* host store buffer (kept once made) */
     size_t host_in_use;        /* bytes of the host buffers */
     size_t host_limit;         /* most host_in_use may be; 0 = no cap */
-    delta_event *ev;           /* the copy in flight */
-    bool *free_after;          /* TO_HOST root past its last use: freed,
-                                  not kept, when the copy completes */
-    int *inflight;             /* roots with a copy in flight, issue order */
-    int n_inflight;
+    delta_event *ev;           /* RES_TO_DEVICE: its swap-in's event */
+    delta_event *host_written; /* per root: the last swap-out writing its
+                                  host buffer (a swap-in of it waits) */
+    delta_event *host_read;    /* per root: the last swap-in reading its
+                                  host buffer (a swap-out into it waits) */
+    MG_RING(mg_copy) copies[2]; /* [0] to host, [1] to device: issued,
+                                   not yet collected */
+    MG_RING(mg_tag) tags[2];   /* released ranges a copy may still touch */
+    MG_RING(mg_issued) issued; /* ops on compute, not yet timed; its cap is
+                                  the run-ahead bound */
+    mg_issued *cur_issue;      /* the entry of the op being issued */
+    double prev_end;           /* device end of the last op timed */
+    delta_event step_begin;    /* compute at the step's start */
+    double device_busy;        /* compute seconds timed this run */
+    bool blocking;             /* the old runtime, for comparison: the host
+                                  waits for every op */
+    bool rehearsing;           /* allocations only, nothing launched */
+    double run_s;              /* the last run's time on the device */
     int *temps;                /* roots recomputed only for a recomputation,
                                   past their last use: freed after the
                                   current op or when an allocation is short */
@@ -91,8 +136,13 @@ bool mg_failf(managed *m, delta_status st, const char *fmt, ...)
 bool mg_run_op(managed *m, const delta_op *op, bool recompute);
 /* Frees a root past its last use, wherever it is. */
 void mg_free_root(managed *m, int r);
-/* Collects finished copies; true when device bytes were released. */
-bool mg_reap(managed *m);
+/* Collects finished copies (traced, measured; a complete swap-in becomes
+ * resident), in order per stream, and drops tags behind complete copies.
+ * Never blocks. */
+void mg_collect(managed *m);
+/* Times the ops on the compute stream that are complete, in order. Never
+ * blocks. */
+void mg_collect_ops(managed *m);
 /* Frees the recomputed temporaries no running op holds; true when any
  * bytes were released. */
 bool mg_free_temps(managed *m);
@@ -102,7 +152,11 @@ bool mg_free_temps(managed *m);
 bool mg_compact(managed *m);
 /* The live blocks tile the bottom of the arena. */
 bool mg_compacted(managed *m);
-/* Waits for every copy in flight and collects them. */
+/* The end of a run: the compute stream waits for both copy streams on
+ * the device, every swap-in is resident; returns compute's event there. */
+delta_event mg_join(managed *m);
+/* Between runs: the host waits for every copy in flight and collects them
+ * (a blocking wait, counted). */
 void mg_drain(managed *m);
 void mg_trace_memory(managed *m);
 

@@ -194,7 +194,6 @@ typedef struct delta_pol {
     double best_s[MODE_COUNT];     /* best steady step per mode ... */
     size_t best_margin[MODE_COUNT]; /* ... and the margin it had */
     bool frozen;           /* the margin stopped growing (it cost more) */
-    double step_t0;
     bool guided;           /* the current step follows a plan */
     int dbg_nogap;
 } delta_pol;
@@ -1004,7 +1003,7 @@ static void delta_end(void *pp, managed *m, bool ok) {
     /* the step as compute saw it (kernels, recomputations, stalls), kept
      * for its mode when it was a steady step of that mode */
     bool slower = false;
-    double t = managed_now(m) - p->step_t0;
+    double t = managed_run_seconds(m);
     if (!p->have_times || p->steady) {
         mode k = p->have_times ? p->cur_mode : MODE_ONLINE;
         /* a mode's figure is its best steady step, with the margin that
@@ -1078,7 +1077,6 @@ static void delta_end(void *pp, managed *m, bool ok) {
 
 static void delta_before(void *pp, managed *m, int op) {
     delta_pol *p = pp;
-    if (op == 0 || (managed_fwd_only(m) && op == 0)) p->step_t0 = managed_now(m);
     if (!p->guided || managed_fwd_only(m)) return;
     /* retry what found no gap, until its use */
     int k = 0;

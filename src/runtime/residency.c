@@ -88,29 +88,102 @@ void mg_trace_memory(managed *m) {
     if (m->trace) delta_trace_memory(m->trace, now(m), m->in_use, m->arena);
 }
 
+/* ---- rings --------------------------------------------------------------- */
+
+/* Appends to a ring of T (MG_RING), growing it when full (rare: rings are
+ * sized for a step at creation). false when memory cannot be had. */
+#define RING_PUSH(ring, item)                                                 \
+    ring_push((void **)&(ring).a, &(ring).head, &(ring).n, &(ring).cap,       \
+              sizeof *(ring).a, &(item))
+#define RING_AT(ring, i) ((ring).a[((ring).head + (i)) % (ring).cap])
+#define RING_POP(ring)                                                        \
+    ((ring).head = ((ring).head + 1) % (ring).cap, (ring).n--)
+
+static bool ring_push(void **a, int *head, int *n, int *cap, size_t size,
+                      const void *item) {
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 64;
+        char *na = malloc(size * (size_t)nc);
+        if (!na) return false;
+        for (int i = 0; i < *n; i++)
+            memcpy(na + size * (size_t)i,
+                   (char *)*a + size * (size_t)((*head + i) % *cap), size);
+        free(*a);
+        *a = na;
+        *head = 0;
+        *cap = nc;
+    }
+    memcpy((char *)*a + size * (size_t)((*head + *n) % *cap), item, size);
+    (*n)++;
+    return true;
+}
+
+static int copy_side(delta_stream s) { return s == DELTA_STREAM_TO_HOST ? 0 : 1; }
+
+/* ---- stream-ordered release ------------------------------------------------
+ * Bytes given back while a copy may still read or write them carry that
+ * copy's event (a tag); whoever takes any of them next on another stream
+ * waits for it on the device. Bytes the compute stream gave back need no
+ * tag: every copy into the arena is issued after the to-device stream
+ * waited for the compute stream's end (issue_swap_in). */
+
+static void tag_range(managed *m, size_t off, size_t size, delta_event e) {
+    mg_tag t = {off, size, e};
+    if (!RING_PUSH(m->tags[copy_side(e.stream)], t)) {
+        /* no memory for the tag: wait now instead (counted) */
+        delta_backend_sync(m->b, e);
+    }
+}
+
+/* Stream s is about to use [off, off + size): it waits for every tag of
+ * another stream on those bytes (the latest per stream suffices: a stream
+ * is in order). */
+static void await_tags(managed *m, delta_stream s, size_t off, size_t size) {
+    for (int side = 0; side < 2; side++) {
+        delta_stream ts = side ? DELTA_STREAM_TO_DEVICE : DELTA_STREAM_TO_HOST;
+        if (ts == s) continue;
+        delta_event last = {0};
+        for (int i = 0; i < m->tags[side].n; i++) {
+            const mg_tag *t = &RING_AT(m->tags[side], i);
+            if (t->off < off + size && off < t->off + t->size &&
+                t->e.seq > last.seq)
+                last = t->e;
+        }
+        if (last.seq) delta_backend_wait(m->b, s, last);
+    }
+}
+
 /* ---- pool ---------------------------------------------------------------- */
 
-/* A block for `key` (a root, or nt + op for workspace) through the replay: its planned
- * offset while the step follows its plan, else online best fit. untraced:
- * a block that stays for good, kept out of the step's trace. */
+/* A block for `key` (a root, or nt + op for workspace) through the replay:
+ * its planned offset while the step follows its plan, else online best
+ * fit. untraced: a block that stays for good, kept out of the step's
+ * trace. s: the stream that will write it first (it waits for the tags on
+ * those bytes). */
 static bool pool_take(managed *m, size_t bytes, int key, bool untraced,
-                      size_t *off) {
+                      delta_stream s, size_t *off) {
     delta_status st =
         untraced ? delta_replay_alloc_untraced(m->rp, bytes, off)
                  : delta_replay_alloc_key(m->rp, bytes, m->cur_op, key, off);
     if (st != DELTA_OK) return false;
     m->in_use += delta_pool_round(bytes);
+    if (!m->rehearsing) await_tags(m, s, *off, delta_pool_round(bytes));
     mg_trace_memory(m);
     return true;
 }
 
-static void pool_give(managed *m, size_t off, int key) {
+/* Gives the block at off back; tag: the event of a copy that may still
+ * touch it (seq 0: none, the compute stream was its last user). */
+static void pool_give(managed *m, size_t off, int key, delta_event tag) {
     size_t n = delta_pool_block_size(m->pool, off);
     DELTA_ASSERT(n > 0 &&
                  delta_replay_release_key(m->rp, off, m->cur_op, key) == DELTA_OK);
+    if (tag.seq) tag_range(m, off, n, tag);
     m->in_use -= n;
     mg_trace_memory(m);
 }
+
+static const delta_event NO_EVENT = {0};
 
 /* ---- copies in flight ---------------------------------------------------- */
 
@@ -123,85 +196,93 @@ static void link_sample(managed *m, bool to_host, double bytes, double s) {
     f->sxy += bytes * s;
 }
 
-/* The copy of r marked by m->ev[r] is complete: trace and measure it. */
-static void copy_done(managed *m, int r, bool to_host) {
+/* A complete copy: trace and measure it. */
+static void copy_done(managed *m, const mg_copy *c) {
     double t0, t1;
-    if (!delta_backend_span(m->b, m->ev[r], &t0, &t1)) return;
-    link_sample(m, to_host, (double)m->rv[r].bytes, t1 - t0);
+    bool to_host = c->e.stream == DELTA_STREAM_TO_HOST;
+    if (!delta_backend_span(m->b, c->e, &t0, &t1)) return;
+    link_sample(m, to_host, (double)c->bytes, t1 - t0);
     if (m->trace) {
         char args[96];
-        snprintf(args, sizeof args, "\"bytes\":%zu,\"tensor\":%d",
-                 m->rv[r].bytes, r);
+        snprintf(args, sizeof args, "\"bytes\":%zu,\"tensor\":%d", c->bytes,
+                 c->r);
         delta_trace_span(m->trace,
                          to_host ? DELTA_TRACK_TO_HOST : DELTA_TRACK_TO_DEVICE,
-                         tname(m, r), to_host ? "swap_out" : "swap_in", t0, t1,
-                         args);
+                         tname(m, c->r), to_host ? "swap_out" : "swap_in", t0,
+                         t1, args);
     }
 }
 
-/* Finishes r's completed copy; false when it must stay in the list (a
- * swap-out whose tensor a running op still reads). */
-static bool land(managed *m, int r) {
-    root_view *v = &m->rv[r];
-    if (v->state == RES_TO_DEVICE) {
-        copy_done(m, r, false);
-        v->state = RES_DEVICE;
-        return true;
+/* Issues a copy on copy stream s, labelled with r's name for the stream
+ * checker, and queues it for collection. */
+static delta_event issue_copy(managed *m, delta_stream s, int r, void *dst,
+                              const void *src, size_t bytes) {
+    delta_backend_label(m->b, s, tname(m, r));
+    delta_backend_copy(m->b, s, dst, src, bytes);
+    mg_copy c = {r, bytes, delta_backend_record(m->b, s)};
+    if (!RING_PUSH(m->copies[copy_side(s)], c)) {
+        delta_backend_sync(m->b, c.e); /* untracked: wait for it now */
+        copy_done(m, &c);
     }
-    DELTA_ASSERT(v->state == RES_TO_HOST);
-    if (m->pins[r] > 0) return false;
-    copy_done(m, r, true);
-    pool_give(m, m->off[r], r);
-    if (m->free_after[r]) {
-        m->free_after[r] = false;
-        v->state = RES_FREE;
-        v->host_valid = false;
-        notify(m, r, MEV_FREED, 0);
-    } else {
-        v->state = RES_HOST;
-        v->host_valid = true;
-    }
-    return true;
+    return c.e;
 }
 
-bool mg_reap(managed *m) {
-    bool freed = false;
-    int k = 0;
-    for (int i = 0; i < m->n_inflight; i++) {
-        int r = m->inflight[i];
-        bool out = m->rv[r].state == RES_TO_HOST;
-        if (delta_backend_query(m->b, m->ev[r]) && land(m, r)) {
-            freed |= out;
-            continue;
+void mg_collect(managed *m) {
+    for (int side = 0; side < 2; side++) {
+        while (m->copies[side].n) {
+            mg_copy *c = &RING_AT(m->copies[side], 0);
+            if (!delta_backend_query(m->b, c->e)) break; /* in order */
+            copy_done(m, c);
+            root_view *v = &m->rv[c->r];
+            /* a swap-in known complete by the host: resident, and every
+             * later item is issued after it */
+            if (v->state == RES_TO_DEVICE && m->ev[c->r].seq == c->e.seq &&
+                m->ev[c->r].stream == c->e.stream)
+                v->state = RES_DEVICE;
+            RING_POP(m->copies[side]);
         }
-        m->inflight[k++] = r;
+        while (m->tags[side].n &&
+               delta_backend_query(m->b, RING_AT(m->tags[side], 0).e))
+            RING_POP(m->tags[side]);
     }
-    m->n_inflight = k;
-    return freed;
 }
 
-static void inflight_remove(managed *m, int r) {
-    int k = 0;
-    for (int i = 0; i < m->n_inflight; i++)
-        if (m->inflight[i] != r) m->inflight[k++] = m->inflight[i];
-    m->n_inflight = k;
+/* Root r's swap-in becomes resident for the compute stream: compute waits
+ * for its copy on the device; the op being issued notes it so that its
+ * timing tells whether it stalled. */
+static void settle_swap_in(managed *m, int r) {
+    delta_backend_wait(m->b, DELTA_STREAM_COMPUTE, m->ev[r]);
+    mg_issued *is = m->cur_issue;
+    if (is && is->n_awaited < DELTA_MAX_OP_IN) {
+        is->awaited[is->n_awaited] = r;
+        is->awaited_e[is->n_awaited++] = m->ev[r];
+    }
+    m->rv[r].state = RES_DEVICE;
 }
 
-/* Blocks until r's copy is complete, counting the wait as a stall. */
-static double wait_copy(managed *m, int r) {
-    double t0 = now(m);
-    delta_backend_sync(m->b, m->ev[r]);
-    double w = now(m) - t0;
-    m->st.stall_s += w;
-    if (m->trace && w > 0)
-        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, tname(m, r), "stall",
-                         t0, t0 + w, NULL);
-    return w;
+/* The compute stream waits for everything issued on both copy streams, on
+ * the device: every swap-in is then resident for compute, and every tag is
+ * behind it. */
+static void join_copies(managed *m) {
+    delta_backend_wait(m->b, DELTA_STREAM_COMPUTE,
+                       delta_backend_record(m->b, DELTA_STREAM_TO_HOST));
+    delta_backend_wait(m->b, DELTA_STREAM_COMPUTE,
+                       delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE));
+    for (int i = 0; i < m->copies[1].n; i++) {
+        int r = RING_AT(m->copies[1], i).r;
+        if (m->rv[r].state == RES_TO_DEVICE) m->rv[r].state = RES_DEVICE;
+    }
+}
+
+delta_event mg_join(managed *m) {
+    join_copies(m);
+    return delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
 }
 
 void mg_drain(managed *m) {
+    join_copies(m);
     delta_backend_sync_copies(m->b);
-    mg_reap(m);
+    mg_collect(m);
 }
 
 /* ---- making a gap ---------------------------------------------------------
@@ -240,6 +321,8 @@ static void move_block(managed *m, int r, size_t to) {
     size_t sz = m->rv[r].bytes;
     DELTA_ASSERTF(delta_replay_move(m->rp, m->off[r], to) == DELTA_OK,
                   "a checked move did not fit: %s", delta_replay_error(m->rp));
+    await_tags(m, DELTA_STREAM_COMPUTE, to, sz);
+    delta_backend_label(m->b, DELTA_STREAM_COMPUTE, tname(m, r));
     delta_backend_copy(m->b, DELTA_STREAM_COMPUTE,
                        m->base ? (char *)m->base + to : NULL,
                        m->base ? (char *)m->base + m->off[r] : NULL, sz);
@@ -387,17 +470,10 @@ static void make_gap(managed *m, size_t need) {
     if (best_window(m, n, need, cap, free_total, &k, &j, &lo, &hi)) {
         evacuate(m, n, k, j, lo, hi, cap);
     } else {
-        /* copies in flight are in the way: wait for them (a stall), then
-         * slide everything down */
-        mg_drain(m);
-        double w = now(m) - t0;
-        m->st.stall_s += w;
-        if (m->trace && w > 0)
-            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, "wait for copies",
-                             "stall", t0, t0 + w, NULL);
-        delta_pool_get_stats(m->pool, &ps);
-        if (ps.largest_free >= need) return;
-        t0 = now(m);
+        /* swap-ins in flight are in the way: the compute stream waits for
+         * them on the device (the moves queue behind them), then every
+         * block slides down */
+        join_copies(m);
         compact_all(m, live_by_offset(m));
     }
     mg_trace_memory(m);
@@ -417,7 +493,8 @@ bool mg_compacted(managed *m) {
 }
 
 bool mg_compact(managed *m) {
-    DELTA_ASSERT(m->n_inflight == 0 && m->cur_op < 0);
+    DELTA_ASSERT(m->cur_op < 0);
+    join_copies(m);
     if (mg_compacted(m)) return false;
     int n = live_by_offset(m);
     double t0 = now(m);
@@ -460,19 +537,25 @@ bool managed_swap_out(managed *m, int r) {
         return false;
     root_view *v = &m->rv[r];
     if (v->host_valid) { /* the host store already has these bytes */
-        pool_give(m, m->off[r], r);
+        pool_give(m, m->off[r], r, NO_EVENT);
         v->state = RES_HOST;
         notify(m, r, MEV_SWAPPED_OUT, 0);
         return true;
     }
     if (!host_buffer(m, r)) return false;
+    /* the copy reads what compute wrote, and writes the host buffer a
+     * swap-in of r may still be reading; its device bytes are given back
+     * at once, tagged with its event (stream-ordered release) */
     delta_backend_wait(m->b, DELTA_STREAM_TO_HOST,
                        delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
-    delta_backend_copy(m->b, DELTA_STREAM_TO_HOST, m->host[r], dev(m, r),
-                       v->bytes);
-    m->ev[r] = delta_backend_record(m->b, DELTA_STREAM_TO_HOST);
-    v->state = RES_TO_HOST;
-    m->inflight[m->n_inflight++] = r;
+    if (m->host_read[r].seq)
+        delta_backend_wait(m->b, DELTA_STREAM_TO_HOST, m->host_read[r]);
+    delta_event e = issue_copy(m, DELTA_STREAM_TO_HOST, r, m->host[r],
+                               dev(m, r), v->bytes);
+    m->host_written[r] = e;
+    pool_give(m, m->off[r], r, e);
+    v->state = RES_HOST;
+    v->host_valid = true;
     m->st.swap_out_bytes += v->bytes;
     m->st.swap_outs++;
     notify(m, r, MEV_SWAPPED_OUT, 0);
@@ -483,7 +566,7 @@ bool managed_drop(managed *m, int r) {
     if (!m->is_root[r] || m->rv[r].state != RES_DEVICE || m->pins[r] > 0 ||
         !m->rv[r].droppable)
         return false;
-    pool_give(m, m->off[r], r);
+    pool_give(m, m->off[r], r, NO_EVENT);
     m->rv[r].state = RES_DROPPED;
     m->st.drops++;
     m->st.dropped_bytes += m->rv[r].bytes;
@@ -494,41 +577,27 @@ bool managed_drop(managed *m, int r) {
     return true;
 }
 
-/* Waits for the oldest unpinned copy in flight in state `st` and collects
- * it; false when there is none. A swap-out releases its bytes; a swap-in
- * lands so that the policy can name it as a victim (its host copy is still
- * valid, so sending it back is free). */
-static bool wait_oldest(managed *m, residency st) {
-    for (int i = 0; i < m->n_inflight; i++) {
-        int r = m->inflight[i];
-        if (m->rv[r].state != st || m->pins[r] > 0) continue;
-        wait_copy(m, r);
-        mg_reap(m);
+/* The oldest swap-in still in flight and unpinned becomes resident (the
+ * compute stream waits for it on the device), so that the policy can name
+ * it as a victim (its host copy is valid: sending it back is free). false
+ * when there is none. */
+static bool settle_oldest_swap_in(managed *m) {
+    for (int i = 0; i < m->copies[1].n; i++) {
+        int r = RING_AT(m->copies[1], i).r;
+        if (m->rv[r].state != RES_TO_DEVICE || m->pins[r] > 0) continue;
+        settle_swap_in(m, r);
         return true;
     }
     return false;
 }
 
-/* Waits for the oldest unpinned swap-out in flight whose bytes overlap
- * [at, at + need) and collects it; false when there is none. */
-static bool wait_range(managed *m, size_t at, size_t need) {
-    for (int i = 0; i < m->n_inflight; i++) {
-        int r = m->inflight[i];
-        if (m->rv[r].state != RES_TO_HOST || m->pins[r] > 0) continue;
-        if (m->off[r] >= at + need || m->off[r] + m->rv[r].bytes <= at)
-            continue;
-        wait_copy(m, r);
-        mg_reap(m);
-        return true;
-    }
-    return false;
-}
-
-/* Device bytes for `key` (a root, or nt + op for workspace): see managed.h for the order
- * of remedies when it does not fit, and the top of this file for how a
- * planned offset is kept. */
+/* Device bytes for `key` (a root, or nt + op for workspace), first
+ * written by stream s: see managed.h for the order of remedies when it does
+ * not fit, and the top of this file for how a planned offset is kept.
+ * Nothing here waits on the host: released bytes carry the events of the
+ * copies that may still touch them (pool_take waits for those on s). */
 static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
-                      size_t *off) {
+                      delta_stream s, size_t *off) {
     size_t need = delta_pool_round(bytes);
     for (;;) {
         size_t at = 0;
@@ -543,39 +612,30 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
         bool room = ps.live_bytes + need <= ps.capacity;
         if (nx == DELTA_REPLAY_BUSY && room) {
             /* what the recorded step had released by now */
-            if (mg_reap(m) || mg_free_temps(m) || wait_range(m, at, need))
-                continue;
+            if (mg_free_temps(m)) continue;
             nx = DELTA_REPLAY_ONLINE; /* a deviation: online from here */
         }
         /* BUSY without room: the recorded step evicted here too; the
          * remedies below run without taking anything online */
         bool busy = nx == DELTA_REPLAY_BUSY;
-        if (!busy && pool_take(m, bytes, key, untraced, off)) return true;
+        if (!busy && pool_take(m, bytes, key, untraced, s, off)) return true;
         if (m->fail_st != DELTA_OK) return false;
-        if (mg_reap(m)) continue;
         if (!busy && room && !delta_replay_replaying(m->rp)) {
             delta_pool_get_stats(m->pool, &ps);
             if (ps.largest_free < need) {
                 make_gap(m, need);
-                if (pool_take(m, bytes, key, untraced, off)) return true;
+                if (pool_take(m, bytes, key, untraced, s, off)) return true;
             }
         }
         if (mg_free_temps(m)) continue;
-        /* swap-outs in flight release bytes when they land; a policy that
-         * prefers naming a victim (a cheap recomputation) to waiting for
-         * them is asked first */
-        if (!m->pol->victims_before_waits && wait_oldest(m, RES_TO_HOST))
-            continue;
         bool drop = false;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
                     : -1;
-        if (v < 0 && m->pol->victims_before_waits &&
-            wait_oldest(m, RES_TO_HOST))
-            continue;
-        /* nothing to offer while swap-ins in flight hold bytes: one lands
-         * and the policy is asked again (it may send it back for free) */
-        if (v < 0 && wait_oldest(m, RES_TO_DEVICE)) continue;
+        /* nothing to offer while swap-ins in flight hold bytes: one becomes
+         * resident and the policy is asked again (it may send it back for
+         * free) */
+        if (v < 0 && settle_oldest_swap_in(m)) continue;
         if (v < 0) {
             int i = m->cur_op >= 0 ? m->cur_op : 0;
             const delta_op *op = &m->ctx->ops[i];
@@ -594,19 +654,29 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
                           m->rv[v].state == RES_DEVICE && m->pins[v] == 0 &&
                           (!drop || m->rv[v].droppable),
                       "policy %s named an invalid victim %d", m->pol->name, v);
-        if (drop) {
-            managed_drop(m, v);
-        } else {
-            if (!managed_swap_out(m, v)) return false;
-            if (m->rv[v].state == RES_TO_HOST) {
-                wait_copy(m, v);
-                mg_reap(m);
-            }
-        }
+        if (drop) managed_drop(m, v);
+        else if (!managed_swap_out(m, v)) return false;
     }
 }
 
 /* ---- bringing tensors back ----------------------------------------------- */
+
+/* Copies r from its host buffer into its device bytes (already taken) on
+ * the to-device stream, after the compute stream's work so far (the bytes
+ * may have been a tensor compute just freed) and after the swap-out that
+ * filled the buffer. */
+static void issue_swap_in(managed *m, int r) {
+    root_view *v = &m->rv[r];
+    delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
+                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
+    if (m->host_written[r].seq)
+        delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE, m->host_written[r]);
+    m->ev[r] = m->host_read[r] = issue_copy(m, DELTA_STREAM_TO_DEVICE, r,
+                                            dev(m, r), m->host[r], v->bytes);
+    v->state = RES_TO_DEVICE;
+    m->st.swap_in_bytes += v->bytes;
+    m->st.swap_ins++;
+}
 
 bool managed_prefetch(managed *m, int r) {
     if (!m->is_root[r] || m->rv[r].state != RES_HOST) return false;
@@ -617,66 +687,42 @@ bool managed_prefetch(managed *m, int r) {
      * again at a later op) */
     if (delta_replay_replaying(m->rp)) {
         size_t at = 0;
-        delta_replay_next nx = delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at);
-        if (nx == DELTA_REPLAY_BUSY && mg_reap(m))
-            nx = delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at);
-        if (nx != DELTA_REPLAY_PLANNED) return false;
+        if (delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at) !=
+            DELTA_REPLAY_PLANNED)
+            return false;
     }
-    if (!pool_take(m, v->bytes, r, false, &m->off[r])) {
-        mg_reap(m);
-        if (!pool_take(m, v->bytes, r, false, &m->off[r])) return false;
-    }
-    delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
-                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
-    delta_backend_copy(m->b, DELTA_STREAM_TO_DEVICE, dev(m, r), m->host[r],
-                       v->bytes);
-    m->ev[r] = delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE);
-    v->state = RES_TO_DEVICE;
-    m->inflight[m->n_inflight++] = r;
-    m->st.swap_in_bytes += v->bytes;
-    m->st.swap_ins++;
+    if (!pool_take(m, v->bytes, r, false, DELTA_STREAM_TO_DEVICE, &m->off[r]))
+        return false;
+    issue_swap_in(m, r);
     return true;
 }
 
 static bool ensure(managed *m, int r);
 
-/* A swap-in the op has to wait for: made now and waited for. */
+/* A swap-in the op needs now: issued, and the compute stream waits for it
+ * on the device (whether it stalled is read from the op's timing). */
 static bool swap_in_now(managed *m, int r) {
     root_view *v = &m->rv[r];
     m->pins[r]++;
-    bool ok = dev_alloc(m, v->bytes, r, false, &m->off[r]);
+    bool ok = dev_alloc(m, v->bytes, r, false, DELTA_STREAM_TO_DEVICE,
+                        &m->off[r]);
     m->pins[r]--;
     if (!ok) return false;
-    delta_backend_wait(m->b, DELTA_STREAM_TO_DEVICE,
-                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
-    delta_backend_copy(m->b, DELTA_STREAM_TO_DEVICE, dev(m, r), m->host[r],
-                       v->bytes);
-    m->ev[r] = delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE);
-    m->st.swap_in_bytes += v->bytes;
-    m->st.swap_ins++;
-    double w = wait_copy(m, r);
-    copy_done(m, r, false);
-    v->state = RES_DEVICE;
-    notify(m, r, MEV_LATE, w);
+    issue_swap_in(m, r);
+    settle_swap_in(m, r);
     notify(m, r, MEV_RESIDENT, 0);
     return true;
 }
 
-/* Makes root r resident on the device (readable by the next kernel). */
+/* Makes root r resident on the device for the next kernel on compute. */
 static bool ensure(managed *m, int r) {
     root_view *v = &m->rv[r];
     switch (v->state) {
     case RES_DEVICE:
-    case RES_TO_HOST: /* the device copy is intact until the copy lands */
         return true;
-    case RES_TO_DEVICE: {
-        bool late = !delta_backend_query(m->b, m->ev[r]);
-        double w = late ? wait_copy(m, r) : 0;
-        inflight_remove(m, r);
-        land(m, r);
-        if (late) notify(m, r, MEV_LATE, w);
+    case RES_TO_DEVICE:
+        settle_swap_in(m, r);
         return true;
-    }
     case RES_HOST:
         return swap_in_now(m, r);
     case RES_DROPPED:
@@ -688,7 +734,11 @@ static bool ensure(managed *m, int r) {
                       tname(m, r), residency_name(v->state));
         return mg_run_op(m, &m->ctx->ops[v->producer], true);
     }
+    case RES_TO_HOST:
+        break;
     }
+    DELTA_ASSERTF(false, "tensor %d (%s) in state %s", r, tname(m, r),
+                  residency_name(v->state));
     return false;
 }
 
@@ -706,22 +756,18 @@ void mg_free_root(managed *m, int r) {
     root_view *v = &m->rv[r];
     switch (v->state) {
     case RES_DEVICE:
-        pool_give(m, m->off[r], r);
+        pool_give(m, m->off[r], r, NO_EVENT);
         break;
-    case RES_TO_HOST: /* released when the copy lands */
-        m->free_after[r] = true;
-        return;
-    case RES_TO_DEVICE:
-        wait_copy(m, r);
-        inflight_remove(m, r);
-        copy_done(m, r, false);
-        pool_give(m, m->off[r], r);
+    case RES_TO_DEVICE: /* the copy may still write: its bytes carry it */
+        pool_give(m, m->off[r], r, m->ev[r]);
         break;
     case RES_HOST:
     case RES_DROPPED:
         break;
     case RES_FREE:
         return;
+    case RES_TO_HOST:
+        DELTA_ASSERTF(false, "tensor %d in state to_host", r);
     }
     v->state = RES_FREE;
     v->host_valid = false;
@@ -760,6 +806,89 @@ bool mg_free_temps(managed *m) {
     return freed;
 }
 
+/* ---- timing without waiting ----------------------------------------------
+ * Every op issued on the compute stream goes into m->issued with its
+ * event. Entries are timed from their spans once complete, in order,
+ * never by waiting: a policy reads an op's time at least one op after it
+ * was issued (and a whole step's at its end). The ring's capacity is the
+ * run-ahead bound: a host that far ahead waits for the oldest op (the
+ * throttle, counted apart from host_syncs). */
+
+static void time_op(managed *m, const mg_issued *is) {
+    double t0, t1;
+    if (!delta_backend_span(m->b, is->e, &t0, &t1)) return;
+    double dt = t1 - t0;
+    m->device_busy += dt;
+    if (is->recompute) {
+        m->st.recompute_s += dt;
+    } else {
+        m->op_s[is->op] = dt;
+        m->op_measured[is->op] = true;
+    }
+    /* it waited for copies: the time it started after the op before it
+     * ended is a stall when one of them ended after that op */
+    for (int k = 0; k < is->n_awaited; k++) {
+        double c0, c1;
+        if (m->prev_end < 0 ||
+            !delta_backend_span(m->b, is->awaited_e[k], &c0, &c1) ||
+            c1 <= m->prev_end)
+            continue;
+        double w = t0 - m->prev_end;
+        if (w <= 0) continue;
+        m->st.stall_s += w;
+        if (m->trace)
+            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE,
+                             tname(m, is->awaited[k]), "stall", m->prev_end,
+                             t0, NULL);
+        notify(m, is->awaited[k], MEV_LATE, w);
+        break;
+    }
+    m->prev_end = t1;
+    if (m->trace) {
+        const delta_op *op = &m->ctx->ops[is->op];
+        char args[64];
+        snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
+                 (long long)m->step);
+        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, op->name,
+                         is->recompute ? "recompute" : "op", t0, t1, args);
+    }
+}
+
+void mg_collect_ops(managed *m) {
+    while (m->issued.n) {
+        const mg_issued *is = &RING_AT(m->issued, 0);
+        if (!delta_backend_query(m->b, is->e)) break; /* in order */
+        time_op(m, is);
+        RING_POP(m->issued);
+    }
+}
+
+/* Launches op's kernel with its arguments filled in, and queues it for
+ * timing. The one place a kernel is run. */
+static void launch(managed *m, const delta_kargs *k, mg_issued *is) {
+    const delta_op *op = k->op;
+    m->ticks++;
+    if (op->type == DELTA_OP_RESHAPE || m->rehearsing) {
+        /* a view launches nothing and takes no time */
+        if (!is->recompute && op->type == DELTA_OP_RESHAPE) {
+            m->op_s[op->id] = 0;
+            m->op_measured[op->id] = true;
+        }
+        return;
+    }
+    if (m->issued.n >= m->issued.cap) { /* the run-ahead bound */
+        delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
+        mg_collect_ops(m);
+    }
+    delta_backend_run(m->b, k);
+    is->e = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
+    DELTA_ASSERT(m->issued.n < m->issued.cap);
+    RING_AT(m->issued, m->issued.n) = *is;
+    m->issued.n++;
+    if (m->blocking) delta_backend_sync(m->b, is->e); /* the old runtime */
+    mg_collect_ops(m);
+}
+
 /* ---- running one op ------------------------------------------------------ */
 
 /* An output about to be written: device bytes for it. */
@@ -768,20 +897,18 @@ static bool make_output(managed *m, int r, bool recompute, bool *temp) {
     switch (v->state) {
     case RES_DEVICE:
         return true;
-    case RES_TO_HOST: /* written again: let the copy finish first */
-        wait_copy(m, r);
-        inflight_remove(m, r);
-        copy_done(m, r, true);
-        v->state = RES_DEVICE;
-        v->host_valid = true;
-        return true;
+    case RES_TO_HOST:
+        DELTA_ASSERTF(false, "tensor %d in state to_host", r);
+        return false;
     case RES_TO_DEVICE:
     case RES_HOST:
         if (!recompute) return ensure(m, r); /* in-place update */
         if (v->state == RES_TO_DEVICE) return ensure(m, r);
         /* recomputing another output of its producer: a device copy of the
          * same bytes the host store holds */
-        if (!dev_alloc(m, v->bytes, r, false, &m->off[r])) return false;
+        if (!dev_alloc(m, v->bytes, r, false, DELTA_STREAM_COMPUTE,
+                       &m->off[r]))
+            return false;
         v->state = RES_DEVICE;
         return true;
     case RES_DROPPED:
@@ -790,7 +917,7 @@ static bool make_output(managed *m, int r, bool recompute, bool *temp) {
         /* a persistent root's first production: it stays for good, so it
          * is no part of any step's trace */
         if (!dev_alloc(m, v->bytes, r, v->persistent && !recompute,
-                       &m->off[r]))
+                       DELTA_STREAM_COMPUTE, &m->off[r]))
             return false;
         v->state = RES_DEVICE;
         return true;
@@ -808,16 +935,29 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
     for (int j = 0; j < op->n_in; j++) roots[nr++] = delta_tensor_root(c, op->in[j]);
     for (int j = 0; j < op->n_out; j++) roots[nr++] = delta_tensor_root(c, op->out[j]);
     for (int j = 0; j < nr; j++) m->pins[roots[j]]++;
+    /* the swap-ins this op is made to wait for are noted here (a
+     * recomputation inside ensure() notes its own) */
+    mg_issued is = {.op = op->id, .recompute = recompute};
+    mg_issued *outer = m->cur_issue;
     bool ok = true;
     bool temp[DELTA_MAX_OP_OUT] = {false}, back[DELTA_MAX_OP_OUT] = {false};
-    for (int j = 0; ok && j < op->n_in; j++) ok = ensure(m, roots[j]);
+    for (int j = 0; ok && j < op->n_in; j++) {
+        ok = ensure(m, roots[j]);
+        m->cur_issue = &is;
+    }
+    m->cur_issue = &is;
     for (int j = 0; recompute && j < op->n_out; j++)
         back[j] = m->rv[roots[op->n_in + j]].state == RES_DROPPED;
-    for (int j = 0; ok && j < op->n_out; j++)
+    for (int j = 0; ok && j < op->n_out; j++) {
         ok = make_output(m, roots[op->n_in + j], recompute, &temp[j]);
+        m->cur_issue = &is;
+    }
     size_t ws_off = 0;
     bool ws = ok && op->workspace;
-    if (ws) ws = ok = dev_alloc(m, op->workspace, m->nt + op->id, false, &ws_off);
+    if (ws)
+        ws = ok = dev_alloc(m, op->workspace, m->nt + op->id, false,
+                            DELTA_STREAM_COMPUTE, &ws_off);
+    m->cur_issue = &is;
     if (ok) {
         delta_kargs k = {.op = op, .env = &m->env};
         for (int j = 0; j < op->n_in; j++) {
@@ -829,24 +969,8 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
             k.out[j] = addr(m, op->out[j]);
         }
         if (ws && m->base) k.ws = (char *)m->base + ws_off;
-        double t0 = now(m);
-        delta_backend_run(m->b, &k);
-        double t1 = now(m), dt = t1 - t0;
-        m->ticks++;
-        if (recompute) {
-            m->st.recomputed_ops++;
-            m->st.recompute_s += dt;
-        } else {
-            m->op_s[op->id] = dt;
-            m->op_measured[op->id] = true;
-        }
-        if (m->trace) {
-            char args[64];
-            snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
-                     (long long)m->step);
-            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, op->name,
-                             recompute ? "recompute" : "op", t0, t1, args);
-        }
+        if (recompute) m->st.recomputed_ops++;
+        launch(m, &k, &is);
         for (int j = 0; j < op->n_out; j++) {
             root_view *v = &m->rv[roots[op->n_in + j]];
             if (!recompute) v->host_valid = false; /* new bytes */
@@ -856,7 +980,8 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         for (int j = 0; j < op->n_out; j++)
             if (back[j]) notify(m, roots[op->n_in + j], MEV_RESIDENT, 0);
     }
-    if (ws) pool_give(m, ws_off, m->nt + op->id);
+    m->cur_issue = outer;
+    if (ws) pool_give(m, ws_off, m->nt + op->id, NO_EVENT);
     for (int j = 0; j < nr; j++) m->pins[roots[j]]--;
     if (ok && recompute) {
         /* outputs made only for this and inputs past their last use are
