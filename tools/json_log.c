@@ -80,6 +80,10 @@ bool json_log_step(json_log *l, int64_t step, double loss,
     cJSON_AddNumberToObject(o, "stall_s", st->stall_s);
     cJSON_AddNumberToObject(o, "defrag_moves", st->defrag_moves);
     cJSON_AddNumberToObject(o, "defrag_bytes", (double)st->defrag_bytes);
+    cJSON_AddNumberToObject(o, "host_syncs", st->host_syncs);
+    cJSON_AddNumberToObject(o, "throttle_waits", st->throttle_waits);
+    cJSON_AddNumberToObject(o, "host_busy_s", st->host_busy_s);
+    cJSON_AddNumberToObject(o, "device_busy_s", st->device_busy_s);
     cJSON_AddBoolToObject(o, "replayed", st->replayed);
     cJSON_AddNumberToObject(o, "baseline_peak_bytes",
                             (double)st->baseline_peak_bytes);

@@ -769,6 +769,10 @@ static void add_step(train_result *r, const delta_step_stats *s) {
     r->stall_s += s->stall_s;
     r->defrag_moves += s->defrag_moves;
     r->defrag_bytes += s->defrag_bytes;
+    r->host_syncs += s->host_syncs;
+    r->throttle_waits += s->throttle_waits;
+    r->host_busy_s += s->host_busy_s;
+    r->device_busy_s += s->device_busy_s;
 }
 
 /* Copies the loader's batch into the session's inputs. */
@@ -1055,6 +1059,13 @@ static void add_policy_totals(cJSON *s, const train_result *r) {
     cJSON_AddNumberToObject(s, "stall_s", r->stall_s);
     cJSON_AddNumberToObject(s, "defrag_moves", (double)r->defrag_moves);
     cJSON_AddNumberToObject(s, "defrag_bytes", (double)r->defrag_bytes);
+    /* blocking host waits inside steps (0 in steady steps), and the host's
+     * busy time per step beside the device's: which one bounds a step */
+    cJSON_AddNumberToObject(s, "host_syncs", (double)r->host_syncs);
+    cJSON_AddNumberToObject(s, "throttle_waits", (double)r->throttle_waits);
+    double n = r->steps_done > 0 ? (double)r->steps_done : 1;
+    cJSON_AddNumberToObject(s, "host_busy_s_per_step", r->host_busy_s / n);
+    cJSON_AddNumberToObject(s, "device_busy_s_per_step", r->device_busy_s / n);
 }
 
 /* Shapes and what planning them cost, in words, on stdout. */

@@ -105,6 +105,9 @@ typedef struct train_result {
     size_t swap_out_bytes, swap_in_bytes, dropped_bytes, defrag_bytes;
     int64_t swap_outs, swap_ins, drops, recomputed_ops, defrag_moves;
     double recompute_s, stall_s;
+    /* The host against the device, summed over the steps: */
+    int64_t host_syncs, throttle_waits;
+    double host_busy_s, device_busy_s;
     double units_per_s;         /* samples/s (images) or tokens/s */
     bool evaluated;
     double test_accuracy, test_loss;

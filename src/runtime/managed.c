@@ -333,6 +333,8 @@ void managed_free(managed *m) {
     free(m->off);
     free(m->host);
     free(m->ev);
+    free(m->free_after);
+    free(m->outgoing);
     free(m->host_written);
     free(m->host_read);
     for (int k = 0; k < 2; k++) {
@@ -419,6 +421,8 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->off = calloc(n1, sizeof(size_t));
     m->host = calloc(n1, sizeof(void *));
     m->ev = calloc(n1, sizeof(delta_event));
+    m->free_after = calloc(n1, sizeof(bool));
+    m->outgoing = calloc(n1, sizeof(int));
     m->host_written = calloc(n1, sizeof(delta_event));
     m->host_read = calloc(n1, sizeof(delta_event));
     m->blocking = o->sync_every_op;
@@ -440,7 +444,8 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
-        !m->host || !m->ev || !m->host_written || !m->host_read ||
+        !m->host || !m->ev || !m->free_after || !m->outgoing ||
+        !m->host_written || !m->host_read ||
         !m->issued.a || !m->temps || !m->is_temp || !m->scratch ||
         !m->gaps || !m->gap_off || !m->dest || !m->order ||
         !m->op_s || !m->op_measured)

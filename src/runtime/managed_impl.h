@@ -68,7 +68,12 @@ struct managed {
     void **host;               /* host store buffer (kept once made) */
     size_t host_in_use;        /* bytes of the host buffers */
     size_t host_limit;         /* most host_in_use may be; 0 = no cap */
-    delta_event *ev;           /* RES_TO_DEVICE: its swap-in's event */
+    delta_event *ev;           /* the copy in flight (RES_TO_HOST: its
+                                  swap-out; RES_TO_DEVICE: its swap-in) */
+    bool *free_after;          /* TO_HOST root past its last use: freed,
+                                  not kept, when its bytes are released */
+    int *outgoing;             /* roots in RES_TO_HOST, in issue order */
+    int n_outgoing;
     delta_event *host_written; /* per root: the last swap-out writing its
                                   host buffer (a swap-in of it waits) */
     delta_event *host_read;    /* per root: the last swap-in reading its

@@ -227,7 +227,69 @@ static delta_event issue_copy(managed *m, delta_stream s, int r, void *dst,
     return c.e;
 }
 
+/* Gives back the device bytes of r's swap-out (RES_TO_HOST, unpinned):
+ * landed (the host saw the copy complete), or ahead of that, tagged with
+ * the copy's event so that the next user waits for it on the device. */
+static void release_swap_out(managed *m, int r, bool landed) {
+    root_view *v = &m->rv[r];
+    DELTA_ASSERT(v->state == RES_TO_HOST && m->pins[r] == 0);
+    int k = 0;
+    for (int i = 0; i < m->n_outgoing; i++)
+        if (m->outgoing[i] != r) m->outgoing[k++] = m->outgoing[i];
+    m->n_outgoing = k;
+    pool_give(m, m->off[r], r, landed ? NO_EVENT : m->ev[r]);
+    if (m->free_after[r]) {
+        m->free_after[r] = false;
+        v->state = RES_FREE;
+        v->host_valid = false;
+        notify(m, r, MEV_FREED, 0);
+    } else {
+        v->state = RES_HOST;
+        v->host_valid = true;
+    }
+}
+
+/* The oldest unpinned swap-out gives its bytes back ahead of landing
+ * (stream-ordered); false when there is none. */
+static bool release_oldest_swap_out(managed *m) {
+    for (int i = 0; i < m->n_outgoing; i++) {
+        int r = m->outgoing[i];
+        if (m->pins[r] > 0) continue;
+        release_swap_out(m, r, false);
+        return true;
+    }
+    return false;
+}
+
+/* The unpinned swap-outs whose bytes overlap [at, at + need) give them
+ * back ahead of landing; false when there were none. */
+static bool release_swap_outs_in(managed *m, size_t at, size_t need) {
+    bool any = false;
+    for (int i = 0; i < m->n_outgoing;) {
+        int r = m->outgoing[i];
+        if (m->pins[r] > 0 || m->off[r] >= at + need ||
+            m->off[r] + m->rv[r].bytes <= at) {
+            i++;
+            continue;
+        }
+        release_swap_out(m, r, false); /* removes it from outgoing */
+        any = true;
+    }
+    return any;
+}
+
 void mg_collect(managed *m) {
+    /* swap-outs whose copy the host knows complete give their bytes back;
+     * they complete in issue order, so the first unfinished one ends it */
+    for (int i = 0; i < m->n_outgoing;) {
+        int r = m->outgoing[i];
+        if (!delta_backend_query(m->b, m->ev[r])) break;
+        if (m->pins[r] > 0) { /* an op being run reads it */
+            i++;
+            continue;
+        }
+        release_swap_out(m, r, true);
+    }
     for (int side = 0; side < 2; side++) {
         while (m->copies[side].n) {
             mg_copy *c = &RING_AT(m->copies[side], 0);
@@ -274,8 +336,18 @@ static void join_copies(managed *m) {
     }
 }
 
+/* After join_copies: compute is behind every copy, so every unpinned
+ * swap-out's bytes can go back untagged (a later swap-in into them waits
+ * for the compute stream's end before it writes). */
+static void release_joined_swap_outs(managed *m) {
+    for (int i = m->n_outgoing - 1; i >= 0; i--)
+        if (m->pins[m->outgoing[i]] == 0)
+            release_swap_out(m, m->outgoing[i], true);
+}
+
 delta_event mg_join(managed *m) {
     join_copies(m);
+    release_joined_swap_outs(m);
     return delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
 }
 
@@ -284,6 +356,7 @@ void mg_drain(managed *m) {
     delta_backend_sync_copies(m->b);
     mg_collect(m);
 }
+
 
 /* ---- making a gap ---------------------------------------------------------
  * When the free bytes suffice but no gap does, blocks are moved with
@@ -474,7 +547,9 @@ static void make_gap(managed *m, size_t need) {
          * them on the device (the moves queue behind them), then every
          * block slides down */
         join_copies(m);
-        compact_all(m, live_by_offset(m));
+        release_joined_swap_outs(m);
+        delta_pool_get_stats(m->pool, &ps);
+        if (ps.largest_free < need) compact_all(m, live_by_offset(m));
     }
     mg_trace_memory(m);
     if (m->trace)
@@ -495,6 +570,7 @@ bool mg_compacted(managed *m) {
 bool mg_compact(managed *m) {
     DELTA_ASSERT(m->cur_op < 0);
     join_copies(m);
+    release_joined_swap_outs(m);
     if (mg_compacted(m)) return false;
     int n = live_by_offset(m);
     double t0 = now(m);
@@ -550,12 +626,10 @@ bool managed_swap_out(managed *m, int r) {
                        delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
     if (m->host_read[r].seq)
         delta_backend_wait(m->b, DELTA_STREAM_TO_HOST, m->host_read[r]);
-    delta_event e = issue_copy(m, DELTA_STREAM_TO_HOST, r, m->host[r],
-                               dev(m, r), v->bytes);
-    m->host_written[r] = e;
-    pool_give(m, m->off[r], r, e);
-    v->state = RES_HOST;
-    v->host_valid = true;
+    m->ev[r] = m->host_written[r] = issue_copy(
+        m, DELTA_STREAM_TO_HOST, r, m->host[r], dev(m, r), v->bytes);
+    v->state = RES_TO_HOST;
+    m->outgoing[m->n_outgoing++] = r;
     m->st.swap_out_bytes += v->bytes;
     m->st.swap_outs++;
     notify(m, r, MEV_SWAPPED_OUT, 0);
@@ -611,8 +685,11 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
         delta_pool_get_stats(m->pool, &ps);
         bool room = ps.live_bytes + need <= ps.capacity;
         if (nx == DELTA_REPLAY_BUSY && room) {
-            /* what the recorded step had released by now */
-            if (mg_free_temps(m)) continue;
+            /* what the recorded step had released by now: temporaries,
+             * and swap-outs in the way (ahead of landing: the allocation's
+             * first user waits for their copies on the device) */
+            if (mg_free_temps(m) || release_swap_outs_in(m, at, need))
+                continue;
             nx = DELTA_REPLAY_ONLINE; /* a deviation: online from here */
         }
         /* BUSY without room: the recorded step evicted here too; the
@@ -628,10 +705,18 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
             }
         }
         if (mg_free_temps(m)) continue;
+        /* swap-outs in flight give their bytes back (the device waits for
+         * the copies); a policy that prefers naming a victim (a cheap
+         * recomputation) to that stall is asked first */
+        if (!m->pol->victims_before_waits && release_oldest_swap_out(m))
+            continue;
         bool drop = false;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
                     : -1;
+        if (v < 0 && m->pol->victims_before_waits &&
+            release_oldest_swap_out(m))
+            continue;
         /* nothing to offer while swap-ins in flight hold bytes: one becomes
          * resident and the policy is asked again (it may send it back for
          * free) */
@@ -654,8 +739,12 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
                           m->rv[v].state == RES_DEVICE && m->pins[v] == 0 &&
                           (!drop || m->rv[v].droppable),
                       "policy %s named an invalid victim %d", m->pol->name, v);
-        if (drop) managed_drop(m, v);
-        else if (!managed_swap_out(m, v)) return false;
+        if (drop) {
+            managed_drop(m, v);
+        } else {
+            if (!managed_swap_out(m, v)) return false;
+            if (m->rv[v].state == RES_TO_HOST) release_swap_out(m, v, false);
+        }
     }
 }
 
@@ -687,12 +776,20 @@ bool managed_prefetch(managed *m, int r) {
      * again at a later op) */
     if (delta_replay_replaying(m->rp)) {
         size_t at = 0;
-        if (delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at) !=
-            DELTA_REPLAY_PLANNED)
+        delta_replay_next nx = delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at);
+        if (nx == DELTA_REPLAY_BUSY) {
+            mg_collect(m);
+            nx = delta_replay_peek(m->rp, v->bytes, m->cur_op, r, &at);
+        }
+        if (nx != DELTA_REPLAY_PLANNED) return false;
+    }
+    if (!pool_take(m, v->bytes, r, false, DELTA_STREAM_TO_DEVICE,
+                   &m->off[r])) {
+        mg_collect(m);
+        if (!pool_take(m, v->bytes, r, false, DELTA_STREAM_TO_DEVICE,
+                       &m->off[r]))
             return false;
     }
-    if (!pool_take(m, v->bytes, r, false, DELTA_STREAM_TO_DEVICE, &m->off[r]))
-        return false;
     issue_swap_in(m, r);
     return true;
 }
@@ -719,6 +816,7 @@ static bool ensure(managed *m, int r) {
     root_view *v = &m->rv[r];
     switch (v->state) {
     case RES_DEVICE:
+    case RES_TO_HOST: /* the device copy is intact until its bytes go */
         return true;
     case RES_TO_DEVICE:
         settle_swap_in(m, r);
@@ -734,11 +832,7 @@ static bool ensure(managed *m, int r) {
                       tname(m, r), residency_name(v->state));
         return mg_run_op(m, &m->ctx->ops[v->producer], true);
     }
-    case RES_TO_HOST:
-        break;
     }
-    DELTA_ASSERTF(false, "tensor %d (%s) in state %s", r, tname(m, r),
-                  residency_name(v->state));
     return false;
 }
 
@@ -766,8 +860,9 @@ void mg_free_root(managed *m, int r) {
         break;
     case RES_FREE:
         return;
-    case RES_TO_HOST:
-        DELTA_ASSERTF(false, "tensor %d in state to_host", r);
+    case RES_TO_HOST: /* its bytes go back with the copy's */
+        m->free_after[r] = true;
+        return;
     }
     v->state = RES_FREE;
     v->host_valid = false;
@@ -897,9 +992,16 @@ static bool make_output(managed *m, int r, bool recompute, bool *temp) {
     switch (v->state) {
     case RES_DEVICE:
         return true;
-    case RES_TO_HOST:
-        DELTA_ASSERTF(false, "tensor %d in state to_host", r);
-        return false;
+    case RES_TO_HOST: { /* written again: after the copy has read it */
+        delta_backend_wait(m->b, DELTA_STREAM_COMPUTE, m->ev[r]);
+        int k = 0;
+        for (int i = 0; i < m->n_outgoing; i++)
+            if (m->outgoing[i] != r) m->outgoing[k++] = m->outgoing[i];
+        m->n_outgoing = k;
+        v->state = RES_DEVICE;
+        v->host_valid = true;
+        return true;
+    }
     case RES_TO_DEVICE:
     case RES_HOST:
         if (!recompute) return ensure(m, r); /* in-place update */
