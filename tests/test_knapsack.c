@@ -2,7 +2,7 @@
  * solver: on random small timelines the greedy must find a cover whenever
  * one exists, never claim one that does not, and stay close to the optimal
  * cost; the optimality gap is reported. */
-#include "runtime/knapsack.h"
+#include "runtime/policy/delta/knapsack.h"
 #include "test.h"
 
 #define MAX_ITEMS 14

@@ -300,6 +300,10 @@ delta_status delta_replay_alloc_untraced(delta_replay *r, size_t bytes,
  * block's own range. DELTA_ERR_INVALID_ARG when no live block starts at
  * from, DELTA_ERR_BUDGET when the destination is not free (nothing
  * changes then). */
+/* The block [off, off + bytes) (rounded) exactly there, outside any trace:
+ * for a static layout. DELTA_ERR_BUDGET when the range is not free. */
+delta_status delta_replay_alloc_at_untraced(delta_replay *r, size_t off,
+                                            size_t bytes);
 delta_status delta_replay_move(delta_replay *r, size_t from, size_t to);
 /* Ends the step, plans if needed; report may be NULL. */
 void delta_replay_step_end(delta_replay *r, delta_replay_step *report);

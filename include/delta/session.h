@@ -52,6 +52,13 @@ typedef struct delta_session_opts {
      * needs more fails with DELTA_ERR_NOMEM and a message, as when the
      * host has no more memory. */
     size_t host_limit_bytes;
+    /* Most ops the host may issue ahead of the device's compute stream
+     * before it waits for the oldest (0 = 64). */
+    int run_ahead;
+    /* The host waits for every op to finish before issuing the next, as
+     * the first runtime did: only to measure what waiting costs (delta
+     * bench --sync-every-op). Results are the same. */
+    bool sync_every_op;
 } delta_session_opts;
 
 /* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,

@@ -249,6 +249,14 @@ delta_status delta_replay_alloc_untraced(delta_replay *r, size_t bytes,
     return st;
 }
 
+delta_status delta_replay_alloc_at_untraced(delta_replay *r, size_t off,
+                                            size_t bytes) {
+    size_t size = delta_pool_round(bytes);
+    delta_status st = delta_pool_alloc_at_tagged(r->pool, off, size, 0);
+    if (st != DELTA_OK) set_err(r, "%s", delta_pool_error(r->pool));
+    return st;
+}
+
 delta_status delta_replay_move(delta_replay *r, size_t from, size_t to) {
     size_t size = delta_pool_block_size(r->pool, from);
     if (!size) {

@@ -12,15 +12,9 @@
 
 /* ---- the policies -------------------------------------------------------- */
 
-static const policy_ops *const policies[] = {
-    &delta_policy_swap,     &delta_policy_checkpoint, &delta_policy_dtr,
-    &delta_policy_capuchin, &delta_policy_autoswap, &delta_policy_delta,
-};
-#define N_POLICIES ((int)(sizeof policies / sizeof policies[0]))
-
 static const policy_ops *policy_find(const char *name) {
-    for (int i = 0; i < N_POLICIES; i++)
-        if (!strcmp(policies[i]->name, name)) return policies[i];
+    for (int i = 0; i < managed_n_policies; i++)
+        if (!strcmp(managed_policies[i]->name, name)) return managed_policies[i];
     return NULL;
 }
 
@@ -29,7 +23,7 @@ bool managed_policy_known(const char *policy) {
 }
 
 const char *managed_policy_name(int i) {
-    return i >= 0 && i < N_POLICIES ? policies[i]->name : NULL;
+    return i >= 0 && i < managed_n_policies ? managed_policies[i]->name : NULL;
 }
 
 const char *residency_name(residency r) {
@@ -157,8 +151,10 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     mg_drain(m);
     for (int k = 0; k < m->n_temps; k++) m->is_temp[m->temps[k]] = false;
     m->n_temps = 0;
+    bool fixed = m->pol->place != NULL; /* a static layout (keep) */
     for (int r = 0; r < m->nt; r++)
-        if (m->is_root[r] && !m->rv[r].persistent &&
+        if (m->is_root[r] &&
+            (!m->rv[r].persistent || (fixed && m->rv[r].producer >= 0)) &&
             m->rv[r].state != RES_FREE)
             mg_free_root(m, r);
     delta_pool_reset_peaks(m->pool);
@@ -171,7 +167,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     m->cur_op = -1;
     /* a training step is a replay step (residency.c, "Layout"); forward and
      * eval runs are placed online and leave the plan alone */
-    bool traced = mode == DELTA_RUN_STEP;
+    bool traced = mode == DELTA_RUN_STEP && !fixed;
     if (traced) delta_replay_step_begin(m->rp);
     if (m->pol->begin_step) m->pol->begin_step(m->pst, m, step, m->fwd_only);
     bool ok = m->fail_st == DELTA_OK;
@@ -271,7 +267,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         stats->step_s = m->run_s;
         stats->peak_device_bytes = ps.peak_address;
         stats->live_peak_bytes = ps.peak_live_bytes;
-        stats->replayed = traced && rep.replayed;
+        stats->replayed = fixed || (traced && rep.replayed);
         stats->host_bytes = m->host_in_use;
     }
     return DELTA_OK;
@@ -396,6 +392,39 @@ static bool build_accesses(managed *m) {
     return true;
 }
 
+/* Two sizes in words, told apart: exact bytes when both round alike. */
+static void two_sizes(size_t a, size_t b, char *sa, char *sb) {
+    delta_format_bytes((double)a, sa, 32);
+    delta_format_bytes((double)b, sb, 32);
+    if (a != b && !strcmp(sa, sb)) {
+        snprintf(sa, 32, "%zu B", a);
+        snprintf(sb, 32, "%zu B", b);
+    }
+}
+
+/* A static layout (keep) needs its peak: the arena is that without a
+ * budget; a budget below it is refused before anything is made. */
+static bool arena_fits(managed *m, const managed_opts *o, delta_status *status,
+                       char *err, size_t err_len) {
+    size_t need = m->pol->arena_need(m->pst);
+    if (need < DELTA_POOL_ALIGN) need = DELTA_POOL_ALIGN;
+    if (!o->budget) {
+        m->arena = need;
+        return true;
+    }
+    if (need <= o->budget) return true;
+    char sn[32], sb[32], smin[32];
+    two_sizes(need, o->budget, sn, sb);
+    delta_format_bytes((double)o->min_budget, smin, sizeof smin);
+    *status = DELTA_ERR_BUDGET;
+    snprintf(err, err_len,
+             "policy '%s' keeps every tensor and needs %s, above the budget "
+             "%s; give it a budget of %s or more, or choose a policy that "
+             "swaps or recomputes (they work down to %s)",
+             m->pol->name, sn, sb, sn, smin);
+    return false;
+}
+
 managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
                      delta_status *status, char *err, size_t err_len) {
     managed *m = calloc(1, sizeof *m);
@@ -492,20 +521,25 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
         m->rv[r].persistent = true;
         m->rv[r].droppable = false;
     }
+    m->pst = m->pol->create(m);
+    if (!m->pst) goto nomem;
+    if (m->pol->arena_need && !arena_fits(m, o, status, err, err_len)) {
+        managed_free(m);
+        return NULL;
+    }
     char perr[256];
-    m->rp = delta_replay_new(o->budget, nt + no + 2, perr, sizeof perr);
+    m->rp = delta_replay_new(m->arena, nt + no + 2, perr, sizeof perr);
     if (!m->rp) goto nomem;
     m->pool = delta_replay_pool(m->rp);
-    *status = delta_backend_arena_create(b, o->budget, &m->base);
+    *status = delta_backend_arena_create(b, m->arena, &m->base);
     if (*status != DELTA_OK) {
-        snprintf(err, err_len, "cannot create a device arena of %zu bytes",
-                 o->budget);
+        char b1[32];
+        snprintf(err, err_len, "cannot create a device arena of %s",
+                 delta_format_bytes((double)m->arena, b1, sizeof b1));
         managed_free(m);
         return NULL;
     }
     m->arena_made = true;
-    m->pst = m->pol->create(m);
-    if (!m->pst) goto nomem;
     /* persistent tensors: on the device while they fit, else in the host
      * store (brought in when an op needs them) */
     bool data = delta_backend_has_data(b);
@@ -516,10 +550,9 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
         const delta_tensor *t = ctx->tensors[i];
         root_view *v = &m->rv[i];
         void *p;
-        /* outside any step: online, not recorded */
-        if (delta_replay_alloc_key(m->rp, v->bytes, -1, i, &m->off[i]) ==
-            DELTA_OK) {
-            m->in_use += v->bytes;
+        /* outside any step: at the policy's place, else online; not
+         * recorded */
+        if (mg_place_untraced(m, v->bytes, i, &m->off[i])) {
             v->state = RES_DEVICE;
             p = m->base ? (char *)m->base + m->off[i] : NULL;
         } else {

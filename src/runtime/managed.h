@@ -105,9 +105,23 @@ typedef struct policy_ops {
      * for swap-outs in flight (then waits only if it offers nothing);
      * false (the default) waits for them first. */
     bool victims_before_waits;
+    /* A policy with a static layout (keep) gives the offset of every
+     * device block: key is a root id, or n_roots + op for an op's
+     * workspace. Blocks are claimed exactly there (the pool checks the
+     * range is free) and no step is recorded or replayed; roots produced
+     * in a step that stay readable after it (the loss, outputs) are given
+     * back at the next run's start. NULL: the runtime places blocks (the
+     * last step's plan, else online). */
+    bool (*place)(void *p, managed *m, int key, size_t bytes, size_t *off);
+    /* With place: the arena its layout needs (its peak address). */
+    size_t (*arena_need)(void *p);
 } policy_ops;
 
-extern const policy_ops delta_policy_swap, delta_policy_checkpoint,
+/* The policies, in the order the session lists them (policy/table.c). */
+extern const policy_ops *const managed_policies[];
+extern const int managed_n_policies;
+
+extern const policy_ops delta_policy_keep, delta_policy_swap, delta_policy_checkpoint,
     delta_policy_dtr, delta_policy_capuchin, delta_policy_autoswap,
     delta_policy_delta;
 
@@ -193,7 +207,9 @@ bool managed_recompute(managed *m, int r);
 
 /* ---- the session's side ------------------------------------------------ */
 typedef struct managed_opts {
-    size_t budget;                 /* the arena */
+    size_t budget;                 /* the arena; 0 = what the policy's
+                                      static layout needs (arena_need) */
+    size_t min_budget;             /* the dry plan's, for messages */
     const char *policy;
     delta_tensor *const *outs;     /* per-step tensors the caller reads after
                                       a run (kept until the next run) */

@@ -133,6 +133,9 @@ static inline int mg_last_needed(const managed *m, int r) {
 }
 
 /* residency.c */
+/* Device bytes for key outside any step (persistent tensors at creation):
+ * at the policy's place when it has a static layout, else online. */
+bool mg_place_untraced(managed *m, size_t bytes, int key, size_t *off);
 /* A host store buffer for root r (m->host[r]); false with the run failed
  * (DELTA_ERR_NOMEM and a message) when the cap or the host says no. */
 bool mg_host_alloc(managed *m, int r);

@@ -162,13 +162,31 @@ static void await_tags(managed *m, delta_stream s, size_t off, size_t size) {
  * those bytes). */
 static bool pool_take(managed *m, size_t bytes, int key, bool untraced,
                       delta_stream s, size_t *off) {
-    delta_status st =
-        untraced ? delta_replay_alloc_untraced(m->rp, bytes, off)
-                 : delta_replay_alloc_key(m->rp, bytes, m->cur_op, key, off);
+    delta_status st;
+    if (m->pol->place) {
+        /* a static layout: its offset is free by construction */
+        DELTA_ASSERT(m->pol->place(m->pst, m, key, bytes, off));
+        st = delta_replay_alloc_at_untraced(m->rp, *off, bytes);
+        DELTA_ASSERTF(st == DELTA_OK, "policy %s placed block %d at %zu, "
+                      "which is not free: %s", m->pol->name, key, *off,
+                      delta_replay_error(m->rp));
+    } else {
+        st = untraced ? delta_replay_alloc_untraced(m->rp, bytes, off)
+                      : delta_replay_alloc_key(m->rp, bytes, m->cur_op, key,
+                                               off);
+    }
     if (st != DELTA_OK) return false;
     m->in_use += delta_pool_round(bytes);
     if (!m->rehearsing) await_tags(m, s, *off, delta_pool_round(bytes));
     mg_trace_memory(m);
+    return true;
+}
+
+bool mg_place_untraced(managed *m, size_t bytes, int key, size_t *off) {
+    if (m->pol->place) return pool_take(m, bytes, key, true, DELTA_STREAM_COMPUTE, off);
+    if (delta_replay_alloc_key(m->rp, bytes, -1, key, off) != DELTA_OK)
+        return false;
+    m->in_use += delta_pool_round(bytes);
     return true;
 }
 

@@ -1,6 +1,6 @@
 /* The filter's greedy (see knapsack.h): a max-heap of items by value per
  * second of cost, lazily re-evaluated. */
-#include "runtime/knapsack.h"
+#include "runtime/policy/delta/knapsack.h"
 
 #include <stdlib.h>
 

@@ -71,7 +71,7 @@
  *
  * Not done here (yet): filling the compute stream's idle time while it
  * waits for a transfer with recomputation issued ahead. */
-#include "runtime/knapsack.h"
+#include "runtime/policy/delta/knapsack.h"
 #include "runtime/managed.h"
 #include "runtime/plan_cache.h"
 #include "delta/pool.h"
