@@ -1,8 +1,8 @@
 /* The sim backend: a virtual GPU. Nothing is computed and nothing is
- * allocated; ops and copies advance three virtual clocks (seconds), one per
- * stream, so the runtime and its policies can plan and be measured on
- * paper-scale models in seconds. Deterministic: the same calls give the
- * same clocks, bit for bit.
+ * allocated; ops and copies advance virtual clocks (seconds), one per
+ * stream and one for the host that issues them, so the runtime and its
+ * policies can plan and be measured on paper-scale models in seconds.
+ * Deterministic: the same calls give the same clocks, bit for bit.
  *
  * Cost model (also docs/DEVICE.md; constants in src/backend/backend.h):
  *   t(reshape) = 0 (a view: no kernel, no data moved)
