@@ -13,10 +13,16 @@
  * assertion of the spec: median of several large copies); the default
  * bandwidth is GEMM FLOP/s / 1,000.
  *
- * sim: presets and unknown names; the same calls give the same clocks;
- * copies overlap compute (the compute clock ignores them until waited on),
- * start no earlier than the compute clock at issue, serialize per stream;
- * wait, query and sync move and read clocks as documented; the roofline
+ * sim: presets and unknown names; the same calls (kernels, copies, waits,
+ * syncs and the run-ahead throttle) give the same clocks, spans and counts,
+ * bit for bit; the host clock: run and copy only enqueue (the host pays
+ * the launch, a kernel starts after the launch latency, a copy when
+ * issued unless told to wait), kernels queue behind each other while the
+ * host runs ahead, copies overlap compute and serialize per stream, wait
+ * moves a stream's clock and not the host's, sync moves the host's plus
+ * the wake-up and the wrapper counts it, spans of compute items, a view
+ * costs nothing; many small cuBLAS kernels are host-bound (the end is the
+ * host's, the device idles), large ones device-bound; the roofline
  * (a large GEMM is compute-bound and scales with FLOP/s across presets, a
  * large elementwise op is memory-bound and scales with HBM bandwidth;
  * tensor cores speed up only GEMMs); arena and host tokens. */
@@ -522,6 +528,10 @@ static void test_sim_presets(void) {
         CHECK(p->description && p->memory_bytes > 0 && p->fp32_flops > 0 &&
               p->tensor_flops > p->fp32_flops && p->hbm_bytes_per_s > 0 &&
               p->link_bytes_per_s > 0 && p->link_latency_s > 0, "%s", p->name);
+        CHECK(p->launch_host_s > 0 && p->library_host_s > 0 &&
+              p->launch_latency_s > 0 && p->sync_wake_s > 0 &&
+              p->launch_host_s < 1e-4 && p->sync_wake_s < 1e-4,
+              "%s: host costs of a few us", p->name);
         delta_backend *b = sim_new(names[i], false);
         CHECK(strcmp(delta_backend_name(b), "sim") == 0);
         CHECK(!delta_backend_has_data(b));
@@ -568,12 +578,14 @@ static delta_ctx *mlp_program(void) {
 }
 
 /* Runs ctx's program on b, swapping every op's first output out and, two
- * ops later, back in; writes every event time and final clock to t
- * (returns how many). */
+ * ops later, back in, with a run-ahead throttle (the host waits for the
+ * compute stream's end of four ops back); writes every event time, span,
+ * event_time and host clock to t (returns how many). */
 static int sim_replay(delta_backend *b, const delta_ctx *ctx, double *t,
                       int cap) {
     int nt = 0;
-    delta_event pending[2] = {{0}, {0}};
+#define PUT(v) do { if (nt < cap) t[nt++] = (v); } while (0)
+    delta_event pending[2] = {{0}, {0}}, ran[4] = {{0}};
     bool has[2] = {false, false};
     size_t sz[2] = {0, 0};
     void *host = delta_backend_host_alloc(b, 1 << 20);
@@ -581,27 +593,43 @@ static int sim_replay(delta_backend *b, const delta_ctx *ctx, double *t,
         const delta_op *op = &ctx->ops[i];
         delta_kargs k = {.op = op};
         int slot = i % 2;
+        if (i >= 4) delta_backend_throttle(b, ran[i % 4]);
         if (has[slot]) { /* bring back what went out two ops ago */
             delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, pending[slot]);
             delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, host, sz[slot]);
             delta_event e = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
             if (!delta_backend_query(b, e)) delta_backend_wait(b, DELTA_STREAM_COMPUTE, e);
-            if (nt < cap) t[nt++] = e.time;
+            PUT(e.time);
             has[slot] = false;
         }
         delta_backend_run(b, &k);
+        ran[i % 4] = delta_backend_record(b, DELTA_STREAM_COMPUTE);
         if (op->n_out) {
             sz[slot] = ctx->tensors[op->out[0]]->bytes;
+            delta_backend_wait(b, DELTA_STREAM_TO_HOST, ran[i % 4]);
             delta_backend_copy(b, DELTA_STREAM_TO_HOST, host, NULL, sz[slot]);
             pending[slot] = delta_backend_record(b, DELTA_STREAM_TO_HOST);
             has[slot] = true;
-            if (nt < cap) t[nt++] = pending[slot].time;
+            PUT(pending[slot].time);
         }
-        if (nt < cap) t[nt++] = delta_backend_clock(b);
+        PUT(delta_backend_clock(b));
     }
+    delta_backend_sync(b, delta_backend_record(b, DELTA_STREAM_COMPUTE));
     delta_backend_sync_copies(b);
-    for (int s = 0; s < DELTA_STREAM_COUNT && nt < cap; s++)
-        t[nt++] = delta_backend_record(b, (delta_stream)s).time;
+    for (int s = 0; s < DELTA_STREAM_COUNT; s++) {
+        delta_event e = delta_backend_record(b, (delta_stream)s);
+        double t0 = -1, t1 = -1, te = -1;
+        for (uint64_t q = 1; q <= e.seq; q++) {
+            delta_event eq = {(delta_stream)s, q, 0};
+            if (delta_backend_span(b, eq, &t0, &t1)) { PUT(t0); PUT(t1); }
+        }
+        CHECK(delta_backend_event_time(b, e, &te) && te == e.time);
+        PUT(e.time);
+    }
+    PUT((double)b->host_syncs);
+    PUT((double)b->throttle_waits);
+    PUT(b->host_wait_s);
+#undef PUT
     delta_backend_host_free(b, host);
     return nt;
 }
@@ -609,34 +637,52 @@ static int sim_replay(delta_backend *b, const delta_ctx *ctx, double *t,
 static void test_sim_deterministic(void) {
     delta_ctx *ctx = mlp_program();
     CHECK(delta_ctx_status(ctx) == DELTA_OK, "%s", delta_ctx_error(ctx));
-    enum { CAP = 4096 };
+    enum { CAP = 8192 };
     static double t1[CAP], t2[CAP], t3[CAP];
     delta_backend *a = sim_new("a100-40g", false);
     delta_backend *b = sim_new("a100-40g", false);
     int n1 = sim_replay(a, ctx, t1, CAP);
     int n2 = sim_replay(b, ctx, t2, CAP);
-    CHECK(n1 == n2 && n1 > ctx->n_ops);
+    CHECK(n1 == n2 && n1 > 2 * ctx->n_ops && n1 < CAP, "%d values", n1);
     CHECK(memcmp(t1, t2, (size_t)n1 * sizeof(double)) == 0,
           "same calls, same clocks");
     double end1 = delta_backend_clock(a);
     CHECK(end1 > 0);
+    CHECK(a->throttle_waits > 0 && a->host_syncs > 0,
+          "test premise: the host waited (%llu throttle, %llu syncs)",
+          (unsigned long long)a->throttle_waits,
+          (unsigned long long)a->host_syncs);
     /* and a third time, after other backends ran in between */
     delta_backend *c = sim_new("a100-40g", false);
     sim_replay(c, ctx, t3, CAP);
     CHECK(delta_backend_clock(c) == end1);
+    CHECK(memcmp(t1, t3, (size_t)n1 * sizeof(double)) == 0);
     delta_backend_free(a);
     delta_backend_free(b);
     delta_backend_free(c);
     delta_ctx_free(ctx);
 }
 
-static void test_sim_clocks(void) {
+static bool near(double a, double b) {
+    return fabs(a - b) <= 1e-12 * fmax(1.0, fabs(b));
+}
+
+/* One matmul of n x n by n x n in a fresh program (freed by the caller). */
+static delta_ctx *matmul_program(int64_t n) {
     delta_ctx *ctx = delta_ctx_new();
-    int64_t s[2] = {2048, 2048};
+    int64_t s[2] = {n, n};
     delta_tensor *a = delta_input(ctx, "a", DELTA_F32, 2, s);
     delta_tensor *bt = delta_input(ctx, "b", DELTA_F32, 2, s);
     delta_matmul(ctx, a, bt, false, false, 1.0f);
-    const delta_op *mm = last_op(ctx);
+    int64_t rs[1] = {n * n};
+    delta_reshape(ctx, a, 1, rs);
+    CHECK(delta_ctx_status(ctx) == DELTA_OK, "%s", delta_ctx_error(ctx));
+    return ctx;
+}
+
+static void test_sim_clocks(void) {
+    delta_ctx *ctx = matmul_program(2048);
+    const delta_op *mm = &ctx->ops[0], *view = &ctx->ops[1];
     delta_kargs k = {.op = mm};
     const delta_gpu_preset *gpu = delta_gpu_preset_find("v100-16g");
     delta_backend *b = sim_new("v100-16g", false);
@@ -646,55 +692,117 @@ static void test_sim_clocks(void) {
     double c_copy = delta_sim_copy_seconds(gpu, (double)big);
     CHECK(fabs(c_copy - (gpu->link_latency_s + big / gpu->link_bytes_per_s)) < 1e-15);
     CHECK(c_copy > 3 * c_op, "test premise: the copy is much longer");
+    const double issue_mm = gpu->launch_host_s + gpu->library_host_s;
+    const double lat = gpu->launch_latency_s;
+    double h = 0; /* the host clock as the model says it should be */
 
-    /* compute and copies overlap: the compute clock ignores copies */
+    /* run only enqueues: the host pays the launch, the kernel starts once
+     * issued and the launch latency later */
+    CHECK(delta_backend_clock(b) == 0.0);
     delta_backend_run(b, &k);
-    CHECK(delta_backend_clock(b) == c_op);
+    h += issue_mm;
+    CHECK(near(delta_backend_clock(b), h), "host %.9g", delta_backend_clock(b));
+    delta_event ec1 = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    CHECK(ec1.seq == 1 && near(ec1.time, h + lat + c_op));
+    CHECK(!delta_backend_query(b, ec1), "the host is ahead of the kernel");
+    double t0, t1, te;
+    CHECK(!delta_backend_span(b, ec1, &t0, &t1) &&
+          !delta_backend_event_time(b, ec1, &te), "not complete yet");
+
+    /* a copy does not wait for kernels unless told to */
+    delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, NULL, 0);
+    h += gpu->launch_host_s;
+    delta_event ed0 = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+    CHECK(near(ed0.time, h + gpu->link_latency_s));
+    /* told to: it starts when the kernel ends */
+    delta_backend_wait(b, DELTA_STREAM_TO_HOST, ec1);
     delta_backend_copy(b, DELTA_STREAM_TO_HOST, NULL, NULL, big);
+    h += DELTA_SIM_WAIT_HOST_S + gpu->launch_host_s;
     delta_event eh = delta_backend_record(b, DELTA_STREAM_TO_HOST);
     CHECK(eh.stream == DELTA_STREAM_TO_HOST && eh.seq == 1);
-    CHECK(eh.time == c_op + c_copy, "a copy starts at the compute clock at "
-          "issue: %.9g vs %.9g", eh.time, c_op + c_copy);
-    delta_backend_run(b, &k);
-    delta_backend_run(b, &k);
-    CHECK(delta_backend_clock(b) == 3 * c_op, "copies do not slow compute");
-    delta_event ec = delta_backend_record(b, DELTA_STREAM_COMPUTE);
-    CHECK(ec.seq == 3 && ec.time == 3 * c_op);
-    CHECK(delta_backend_query(b, ec));
-    CHECK(!delta_backend_query(b, eh), "the copy ends after the host's time");
+    CHECK(near(eh.time, ec1.time + c_copy), "%.9g vs %.9g", eh.time,
+          ec1.time + c_copy);
+    CHECK(near(delta_backend_clock(b), h));
 
-    /* the other copy stream runs concurrently with the first */
+    /* kernels queue behind each other while the host runs ahead; copies
+     * do not slow them */
+    delta_backend_run(b, &k);
+    delta_backend_run(b, &k);
+    h += 2 * issue_mm;
+    delta_event ec3 = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    CHECK(ec3.seq == 3 && near(ec3.time, ec1.time + 2 * c_op));
+    CHECK(near(delta_backend_clock(b), h) && h < ec1.time, "host ahead");
+
+    /* the other copy stream runs concurrently with the first; one stream
+     * is serial */
     delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, NULL, big);
+    h += gpu->launch_host_s;
     delta_event ed = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
-    CHECK(ed.time == 3 * c_op + c_copy);
-    /* one stream is serial */
+    CHECK(near(ed.time, h + c_copy));
     delta_backend_copy(b, DELTA_STREAM_TO_HOST, NULL, NULL, big);
+    h += gpu->launch_host_s;
     delta_event eh2 = delta_backend_record(b, DELTA_STREAM_TO_HOST);
-    CHECK(eh2.time == eh.time + c_copy && eh2.seq == 2);
+    CHECK(near(eh2.time, eh.time + c_copy) && eh2.seq == 2);
 
-    /* wait moves a copy stream's clock */
-    delta_backend_wait(b, DELTA_STREAM_TO_DEVICE, eh2);
-    delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, NULL, 0);
-    delta_event ed2 = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
-    CHECK(ed2.time == eh2.time + gpu->link_latency_s);
-    /* wait on compute moves the compute clock; waiting on the past does
-     * nothing */
-    delta_backend_wait(b, DELTA_STREAM_COMPUTE, ec);
-    CHECK(delta_backend_clock(b) == 3 * c_op);
-    delta_backend_wait(b, DELTA_STREAM_COMPUTE, eh);
-    CHECK(delta_backend_clock(b) == eh.time);
-    CHECK(delta_backend_query(b, eh));
-    CHECK(!delta_backend_query(b, eh2));
-    /* sync is the host blocking: the compute clock (the host's) moves */
-    delta_backend_sync(b, ed2);
-    CHECK(delta_backend_clock(b) == ed2.time);
-    CHECK(delta_backend_query(b, eh2) && delta_backend_query(b, ed2));
+    /* sync blocks the host until the event, plus the wake-up */
+    double h_prev = h;
+    delta_backend_sync(b, ec3);
+    h = ec3.time + gpu->sync_wake_s;
+    CHECK(near(delta_backend_clock(b), h));
+    CHECK(b->host_syncs == 1 && near(b->host_wait_s, h - h_prev));
+    CHECK(delta_backend_query(b, ec3) && delta_backend_query(b, ec1));
+    CHECK(delta_backend_event_time(b, ec3, &te) && te == ec3.time);
+    /* spans of kernels on the compute stream, on the same timeline */
+    CHECK(delta_backend_span(b, ec1, &t0, &t1));
+    CHECK(near(t0, issue_mm + lat) && t1 == ec1.time, "%.9g %.9g", t0, t1);
+    CHECK(delta_backend_span(b, ec3, &t0, &t1));
+    CHECK(near(t0, ec1.time + c_op) && t1 == ec3.time);
+    CHECK(!delta_backend_query(b, eh), "the copy ends after the host's time");
+    CHECK(!delta_backend_span(b, eh, &t0, &t1));
+
+    /* wait on compute moves the compute clock, not the host's */
+    delta_backend_wait(b, DELTA_STREAM_COMPUTE, eh2);
+    h += DELTA_SIM_WAIT_HOST_S;
+    CHECK(near(delta_backend_clock(b), h));
     delta_backend_run(b, &k);
-    CHECK(delta_backend_clock(b) == ed2.time + c_op);
-    /* a device-side move on the compute stream is in order with kernels */
+    h += issue_mm;
+    delta_event ec4 = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    CHECK(near(ec4.time, eh2.time + c_op));
+    /* waiting on one's own stream or on the past costs nothing */
+    delta_backend_wait(b, DELTA_STREAM_COMPUTE, ec3);
+    delta_backend_wait(b, DELTA_STREAM_TO_HOST, (delta_event){0});
+    CHECK(near(delta_backend_clock(b), h));
+
+    /* the wrapper counts a blocking sync and its seconds, and a complete
+     * event blocks nothing */
     double before = delta_backend_clock(b);
+    uint64_t syncs = b->host_syncs;
+    double waited = b->host_wait_s;
+    delta_backend_sync(b, ec4);
+    h = ec4.time + gpu->sync_wake_s;
+    CHECK(near(delta_backend_clock(b), h));
+    CHECK(b->host_syncs == syncs + 1);
+    CHECK(near(b->host_wait_s - waited, h - before), "%.9g vs %.9g",
+          b->host_wait_s - waited, h - before);
+    delta_backend_sync(b, eh2);
+    delta_backend_throttle(b, ec4);
+    CHECK(b->host_syncs == syncs + 1 && b->throttle_waits == 0);
+    CHECK(near(delta_backend_clock(b), h));
+    CHECK(delta_backend_query(b, eh) && delta_backend_query(b, ed));
+
+    /* a device-side move is a kernel-like item of the compute stream; a
+     * view launches nothing */
     delta_backend_copy(b, DELTA_STREAM_COMPUTE, NULL, NULL, 1 << 20);
-    CHECK(delta_backend_clock(b) > before);
+    h += gpu->launch_host_s;
+    delta_event em = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    CHECK(near(em.time, h + lat + DELTA_SIM_LAUNCH_S +
+                            2.0 * (1 << 20) /
+                                (gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM)));
+    delta_kargs kv = {.op = view};
+    delta_backend_run(b, &kv);
+    delta_event ev = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    CHECK(ev.seq == em.seq + 1 && ev.time == em.time);
+    CHECK(near(delta_backend_clock(b), h), "a view costs the host nothing");
 
     /* memory: any arena size, base NULL; unique host tokens */
     void *base = (void *)1;
@@ -709,6 +817,74 @@ static void test_sim_clocks(void) {
     CHECK(delta_backend_host_alloc(b, SIZE_MAX) == NULL);
     delta_backend_host_free(b, p1);
     delta_backend_free(b);
+    delta_ctx_free(ctx);
+}
+
+/* Issues n kernels of op on a fresh h100-80g, then syncs; returns the
+ * host's time when it had issued them (*issued), the compute stream's end
+ * (*end) and the seconds the kernels ran (*busy, from their spans). */
+static void sim_sequence(const delta_op *op, int n, double *issued,
+                         double *end, double *busy) {
+    delta_backend *b = sim_new("h100-80g", false);
+    delta_kargs k = {.op = op};
+    for (int i = 0; i < n; i++) delta_backend_run(b, &k);
+    *issued = delta_backend_clock(b);
+    delta_event e = delta_backend_record(b, DELTA_STREAM_COMPUTE);
+    delta_backend_sync(b, e);
+    *end = e.time;
+    *busy = 0;
+    for (int i = 1; i <= n; i++) {
+        double t0, t1;
+        CHECK(delta_backend_span(b, (delta_event){DELTA_STREAM_COMPUTE,
+                                                  (uint64_t)i, 0},
+                                 &t0, &t1));
+        *busy += t1 - t0;
+    }
+    delta_backend_free(b);
+}
+
+/* Many small kernels through cuBLAS: the host's launches set the end, the
+ * device idles between kernels. */
+static void test_sim_host_bound(void) {
+    delta_ctx *ctx = matmul_program(32);
+    const delta_op *mm = &ctx->ops[0];
+    const delta_gpu_preset *gpu = delta_gpu_preset_find("h100-80g");
+    double issue = gpu->launch_host_s + gpu->library_host_s;
+    double t = delta_sim_op_seconds(gpu, false, mm);
+    CHECK(t < issue, "test premise: a 32^3 GEMM (%.2f us) runs faster than "
+          "it is issued (%.2f us)", t * 1e6, issue * 1e6);
+    enum { N = 1000 };
+    double issued, end, busy;
+    sim_sequence(mm, N, &issued, &end, &busy);
+    CHECK(near(issued, N * issue), "%.9g", issued);
+    /* the last kernel starts once issued: the end is the host's */
+    CHECK(near(end, N * issue + gpu->launch_latency_s + t), "%.9g vs %.9g",
+          end, N * issue + gpu->launch_latency_s + t);
+    CHECK(near(busy, N * t) && busy < 0.8 * end, "device busy %.0f%%",
+          100 * busy / end);
+    printf("  %d 32^3 GEMMs on h100-80g: %.2f ms, device busy %.0f%% "
+           "(host-bound)\n", N, end * 1e3, 100 * busy / end);
+    delta_ctx_free(ctx);
+}
+
+/* Large kernels: the host runs ahead and the device's clock sets the end. */
+static void test_sim_device_bound(void) {
+    delta_ctx *ctx = matmul_program(4096);
+    const delta_op *mm = &ctx->ops[0];
+    const delta_gpu_preset *gpu = delta_gpu_preset_find("h100-80g");
+    double issue = gpu->launch_host_s + gpu->library_host_s;
+    double t = delta_sim_op_seconds(gpu, false, mm);
+    enum { N = 100 };
+    double issued, end, busy;
+    sim_sequence(mm, N, &issued, &end, &busy);
+    CHECK(near(issued, N * issue));
+    /* the first kernel starts after one issue; none waits for the host */
+    CHECK(near(end, issue + gpu->launch_latency_s + N * t), "%.9g vs %.9g",
+          end, issue + gpu->launch_latency_s + N * t);
+    CHECK(issued < 0.01 * end, "the host is done long before the device");
+    CHECK(near(busy, N * t) && busy > 0.99 * end);
+    printf("  %d 4096^3 GEMMs on h100-80g: %.1f ms, issued in %.2f ms "
+           "(device-bound)\n", N, end * 1e3, issued * 1e3);
     delta_ctx_free(ctx);
 }
 
@@ -789,6 +965,8 @@ int main(void) {
     TEST_RUN(test_sim_presets);
     TEST_RUN(test_sim_deterministic);
     TEST_RUN(test_sim_clocks);
+    TEST_RUN(test_sim_host_bound);
+    TEST_RUN(test_sim_device_bound);
     TEST_RUN(test_sim_roofline);
     TEST_MAIN_END();
 }

@@ -798,7 +798,9 @@ static void test_streams_order_copies(void) {
 }
 
 /* A copy on a copy stream runs while the compute stream is busy: its span
- * on the GPU's clock lies inside the kernels' (long GEMMs, a short copy). */
+ * on the GPU's timeline lies inside the kernels' (long GEMMs, a short
+ * copy), all read from events without blocking. And the host is not held
+ * back: clock() after issuing the kernels is before they end. */
 static void test_copy_overlaps_kernels(void) {
     NEED_GPU(be);
     delta_ctx *c = delta_ctx_new();
@@ -822,19 +824,36 @@ static void test_copy_overlaps_kernels(void) {
     k.in[0] = k.in[1] = base;
     k.out_t[0] = y;
     k.out[0] = (char *)base + mat;
-    double t0 = delta_backend_clock(be);
-    for (int i = 0; i < 40; i++) delta_backend_run(be, &k); /* ~17 GFLOP each */
+    enum { N = 40 };
+    uint64_t first = delta_backend_record(be, DELTA_STREAM_COMPUTE).seq + 1;
+    for (int i = 0; i < N; i++) delta_backend_run(be, &k); /* ~17 GFLOP each */
+    delta_event ek = delta_backend_record(be, DELTA_STREAM_COMPUTE);
     delta_backend_copy(be, DELTA_STREAM_TO_HOST, host, (char *)base + 2 * mat,
                        cp);
     delta_event e = delta_backend_record(be, DELTA_STREAM_TO_HOST);
-    double t1 = delta_backend_clock(be); /* the kernels' end */
+    double issued = delta_backend_clock(be); /* the host, not the GPU */
+    CHECK(!delta_backend_query(be, ek), "test premise: the kernels still run");
+    delta_backend_sync(be, ek);
     delta_backend_sync(be, e);
-    double c0 = 0, c1 = 0;
+    double k0 = 0, k1 = 0, t_end = 0, c0 = 0, c1 = 0, busy = 0;
+    CHECK(delta_backend_span(be, (delta_event){DELTA_STREAM_COMPUTE, first, 0},
+                             &k0, &k1), "the first kernel's span");
+    for (uint64_t q = first; q < first + N; q++) {
+        double t0 = 0, t1 = 0;
+        CHECK(delta_backend_span(be, (delta_event){DELTA_STREAM_COMPUTE, q, 0},
+                                 &t0, &t1) && t1 >= t0 && t0 >= k0,
+              "kernel %llu's span", (unsigned long long)q);
+        busy += t1 - t0;
+    }
+    CHECK(delta_backend_event_time(be, ek, &t_end), "the kernels' end");
     CHECK(delta_backend_span(be, e, &c0, &c1), "the copy's span");
-    printf("  kernels %.3f..%.3f ms, copy %.3f..%.3f ms\n", 0.0,
-           (t1 - t0) * 1e3, (c0 - t0) * 1e3, (c1 - t0) * 1e3);
-    CHECK(c0 >= t0 && c0 < t1, "the copy started while the kernels ran");
+    printf("  kernels %.3f..%.3f ms (busy %.3f ms), copy %.3f..%.3f ms, host "
+           "done issuing at %.3f ms\n", 0.0, (t_end - k0) * 1e3, busy * 1e3,
+           (c0 - k0) * 1e3, (c1 - k0) * 1e3, (issued - k0) * 1e3);
+    CHECK(busy > 0 && busy <= t_end - k0 + 1e-6, "spans within the kernels");
+    CHECK(c0 >= k0 && c0 < t_end, "the copy started while the kernels ran");
     CHECK(c1 > c0, "the copy took time");
+    CHECK(issued < t_end, "clock() did not wait for the kernels");
     delta_backend_host_free(be, host);
     delta_backend_arena_destroy(be);
     delta_ctx_free(c);

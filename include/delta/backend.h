@@ -4,7 +4,9 @@
  *        separate host store, throttled to an emulated link bandwidth.
  *   sim  a virtual GPU (presets below): nothing is computed or allocated;
  *        ops advance a compute clock by a roofline cost model, copies
- *        advance two copy-stream clocks.
+ *        advance two copy-stream clocks, and issuing either advances a
+ *        virtual host clock (launch costs), so a step is host- or
+ *        device-bound as it would be on the GPU.
  * The runtime drives a backend through the internal interface in
  * src/backend/backend.h; this header only creates and describes them. */
 #ifndef DELTA_BACKEND_H
@@ -50,6 +52,12 @@ typedef struct delta_gpu_preset {
     double hbm_bytes_per_s;
     double link_bytes_per_s;   /* effective host link, per direction */
     double link_latency_s;
+    /* The host's side (the sim's host clock; docs/DEVICE.md, "Host
+     * clock"): seconds of host time, estimates from public measurements. */
+    double launch_host_s;      /* issuing one kernel or async copy */
+    double library_host_s;     /* more per cuBLAS/cuDNN call (GEMM-like ops) */
+    double launch_latency_s;   /* issued to running, on an idle GPU */
+    double sync_wake_s;        /* a blocked host's wake-up after a wait */
 } delta_gpu_preset;
 
 /* Presets, NULL-name terminated: v100-16g, v100-32g, a100-40g, a100-80g,

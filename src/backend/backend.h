@@ -38,8 +38,10 @@ typedef enum delta_stream {
 typedef struct delta_event {
     delta_stream stream;
     uint64_t seq;            /* complete when the stream finished seq items */
-    double time;             /* sim: the stream's clock at the event;
-                                cpu: the wall clock when it was recorded */
+    double time;             /* sim: when the device reaches it, the
+                                later of the stream's clock and the
+                                host's at the record; cpu: the wall clock
+                                when it was recorded */
 } delta_event;
 
 #define DELTA_SPAN_HISTORY 4096
@@ -234,8 +236,13 @@ void delta_backend_sync_copies(delta_backend *b);
  * where GEMM-like ops (matmul, linear, conv2d, conv2d_dx, conv2d_dw) use
  * peak = tensor_flops (tensor_cores) or fp32_flops and DELTA_SIM_EFF_GEMM,
  * and every other op fp32_flops and DELTA_SIM_EFF_OTHER.
- * A copy takes link_latency_s + bytes / link_bytes_per_s. */
+ * A copy takes link_latency_s + bytes / link_bytes_per_s. These are device
+ * times; the host's costs (the sim's host clock) are the preset's
+ * launch_host_s, library_host_s, launch_latency_s and sync_wake_s, plus
+ * DELTA_SIM_WAIT_HOST_S per wait(s, e) across streams (cudaStreamWaitEvent
+ * only queues a command: ~1 us, an estimate). */
 #define DELTA_SIM_LAUNCH_S 5e-6
+#define DELTA_SIM_WAIT_HOST_S 1e-6
 #define DELTA_SIM_EFF_GEMM 0.7
 #define DELTA_SIM_EFF_OTHER 0.25
 #define DELTA_SIM_EFF_MEM 0.8

@@ -13,23 +13,29 @@
  *    with a CUDA event kept in a ring per stream, slot seq % EV_RING, with
  *    the seq it holds; a second record at the same seq reuses it. Before a
  *    slot is reused its old event is waited for, so a slot holding a later
- *    seq than asked means the asked one is complete (and 4,096 items in
- *    flight on one stream throttle the host instead of losing events).
+ *    seq than asked means the asked one is complete. That wait is the
+ *    backend's only host wait outside sync and upload/download: it keeps
+ *    the host at most 4,096 items ahead of the device on one stream.
  *    `done` per stream is the highest seq known complete: the fast path of
  *    query and sync.
- *  - Copy spans: every copy on a copy stream records an event before and
- *    after it, so span() gives the copy's start and end on the GPU.
- *  - Clock: seconds of GPU time from the CUDA events, measured from a base
- *    event recorded at creation. clock() records an event on the compute
- *    stream and waits for it: it is the time at which everything issued so
- *    far on the compute stream has finished, the same meaning as the sim's
- *    compute clock, so a host that measures an op between two clock()
- *    calls measures the GPU's time for it (and the managed runtime's
- *    per-op measurements are real). The cost: clock() blocks the host
- *    until the GPU catches up (a session with `keep` calls it twice a run;
- *    the managed runtime around every op). cudaEventElapsedTime is float
- *    milliseconds, so the base is moved forward every REBASE_S seconds to
- *    keep sub-microsecond resolution.
+ *  - Spans: every kernel, copy and device-side move, on every stream,
+ *    records an event before and after it (item_begin/item_end), so span()
+ *    gives its start and end on the GPU and event_time() the time the GPU
+ *    reached any recorded event, both read without blocking once complete.
+ *    Op times are to be read from these: clock() is the host's, so a clock
+ *    read around run() measures the launch, not the kernel. (Two event
+ *    records cost the host ~1-2 us a kernel.)
+ *  - Clock: clock() is the host's wall time (CLOCK_MONOTONIC) put on the
+ *    events' timeline and never blocks: at creation a base event is
+ *    recorded and waited for, and the wall time then (wall0) is its time 0;
+ *    clock() = wall - wall0, an event's time is base_s + its elapsed time
+ *    from the base event. The two agree to the base event's wake-up (a few
+ *    us) and drift apart by their oscillators' difference (at 5 ppm,
+ *    0.3 ms a minute; not measured), which nothing corrects.
+ *    cudaEventElapsedTime is float milliseconds (1 us steps at 16 s from
+ *    the base), so every REBASE_S of wall time a new base is recorded on
+ *    the compute stream and taken once complete (rebase_poll): its time
+ *    from the old base becomes base_s. Never a host wait.
  *  - The host's own accesses to the arena (upload/download) are copies on
  *    the compute stream followed by a wait for it: in order with the
  *    kernels, and complete when they return.
@@ -50,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EV_RING DELTA_SPAN_HISTORY
 #define CUBLAS_WS_BYTES ((size_t)32 << 20)
@@ -69,7 +76,7 @@ typedef struct cstream {
     uint64_t done;         /* every seq <= done is complete */
     cudaEvent_t *ev;       /* [EV_RING]: the end of item ev_seq[slot] */
     uint64_t *ev_seq;      /* 0: slot unused */
-    cudaEvent_t *start;    /* copy streams: the start of copy start_seq[slot] */
+    cudaEvent_t *start;    /* [EV_RING]: the start of item start_seq[slot] */
     uint64_t *start_seq;
 } cstream;
 
@@ -82,8 +89,12 @@ typedef struct cuda_backend {
     char conv_path[320];   /* what convolutions run on, for the CLI */
     void *blas_ws, *scratch;
     delta_cuda_kctx kc;
-    cudaEvent_t t_base, t_now;
-    double base_s;         /* clock value at t_base */
+    cudaEvent_t t_base;    /* the events' timeline: t_base is at base_s */
+    cudaEvent_t t_cand;    /* the next base, once complete (rebase_poll) */
+    bool cand_pending;     /* t_cand recorded, not taken yet */
+    double base_s;
+    double wall0;          /* CLOCK_MONOTONIC when the first base completed */
+    double base_wall;      /* CLOCK_MONOTONIC when t_base was taken */
     void *arena;
 } cuda_backend;
 
@@ -128,11 +139,63 @@ static void mark_done(cuda_backend *be, delta_event e) {
     if (e.seq > be->st[e.stream].done) be->st[e.stream].done = e.seq;
 }
 
-/* Seconds from t_base to ev (both complete). */
+/* ev's time on the events' timeline (ev and t_base complete). */
 static double since_base(cuda_backend *be, cudaEvent_t ev) {
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, be->t_base, ev));
     return be->base_s + (double)ms * 1e-3;
+}
+
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Keeps since_base's float milliseconds fine: once the base is REBASE_S
+ * old (wall time) a candidate is recorded on the compute stream; once it
+ * has completed (asked, never waited for) it becomes the base. The ring's
+ * events cannot be the base: their slots are recorded again later. */
+static void rebase_poll(cuda_backend *be, double wall) {
+    if (be->cand_pending) {
+        cudaError_t r = cudaEventQuery(be->t_cand);
+        if (r == cudaErrorNotReady) return;
+        DELTA_ASSERTF(r == cudaSuccess, "cudaEventQuery: %s",
+                      cudaGetErrorString(r));
+        double t = since_base(be, be->t_cand);
+        cudaEvent_t old = be->t_base;
+        be->t_base = be->t_cand;
+        be->t_cand = old;
+        be->base_s = t;
+        be->base_wall = wall;
+        be->cand_pending = false;
+    } else if (wall - be->base_wall > REBASE_S) {
+        CK(cudaEventRecord(be->t_cand, be->st[DELTA_STREAM_COMPUTE].s));
+        be->cand_pending = true;
+    }
+}
+
+/* Starts item seq = items + 1 of stream s: records its start event in the
+ * slot of seq. That slot's previous end event guards its start event too
+ * (a start is recorded before its end, so completes before it). */
+static uint64_t item_begin(cuda_backend *be, delta_stream s) {
+    cstream *cs = &be->st[s];
+    uint64_t seq = cs->items + 1;
+    size_t slot = (size_t)(seq % EV_RING);
+    uint64_t old = cs->ev_seq[slot];
+    if (old && old > cs->done) {
+        CK(cudaEventSynchronize(cs->ev[slot]));
+        cs->done = old;
+    }
+    CK(cudaEventRecord(cs->start[slot], cs->s));
+    cs->start_seq[slot] = seq;
+    return seq;
+}
+
+/* Ends item seq of stream s (what was enqueued since item_begin). */
+static void item_end(cuda_backend *be, delta_stream s, uint64_t seq) {
+    be->st[s].items = seq;
+    ev_record(be, s);
 }
 
 /* ---- the interface -------------------------------------------------------- */
@@ -177,38 +240,24 @@ static void cu_host_free(void *ctx, void *p) {
 
 static void cu_run(void *ctx, const delta_kargs *k) {
     cuda_backend *be = ctx;
+    uint64_t seq = item_begin(be, DELTA_STREAM_COMPUTE);
     delta_cuda_run(&be->kc, k);
     cudaError_t e = cudaGetLastError();
     DELTA_ASSERTF(e == cudaSuccess, "launching %s (op %d): %s", k->op->name,
                   k->op->id, cudaGetErrorString(e));
-    be->st[DELTA_STREAM_COMPUTE].items++;
+    item_end(be, DELTA_STREAM_COMPUTE, seq);
 }
 
 static void cu_copy(void *ctx, delta_stream s, void *dst, const void *src,
                     size_t bytes) {
     cuda_backend *be = ctx;
     DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
-    cstream *cs = &be->st[s];
-    if (s == DELTA_STREAM_COMPUTE) {
+    uint64_t seq = item_begin(be, s);
+    if (s == DELTA_STREAM_COMPUTE)
         delta_cuda_memmove(&be->kc, dst, src, bytes);
-        cs->items++;
-        return;
-    }
-    uint64_t seq = cs->items + 1;
-    size_t slot = (size_t)(seq % EV_RING);
-    /* the end event of this slot's previous item guards its start event
-     * too: a start is recorded before its end, so complete before it */
-    uint64_t old = cs->ev_seq[slot];
-    if (old && old > cs->done) {
-        CK(cudaEventSynchronize(cs->ev[slot]));
-        cs->done = old;
-    }
-    CK(cudaEventRecord(cs->start[slot], cs->s));
-    cs->start_seq[slot] = seq;
-    if (bytes)
-        CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs->s));
-    cs->items = seq;
-    ev_record(be, s);
+    else if (bytes)
+        CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, be->st[s].s));
+    item_end(be, s, seq);
 }
 
 static delta_event cu_record(void *ctx, delta_stream s) {
@@ -248,53 +297,53 @@ static void cu_sync(void *ctx, delta_event e) {
     mark_done(be, e);
 }
 
-static bool cu_span(void *ctx, delta_event e, double *t0, double *t1) {
-    cuda_backend *be = ctx;
-    if (e.stream == DELTA_STREAM_COMPUTE || e.seq == 0 ||
-        (unsigned)e.stream >= DELTA_STREAM_COUNT)
-        return false;
+/* The ring slot of e when it still holds e's end event (and, with start,
+ * its start event); -1 when e is a wait, an upload or download, too old, or
+ * not recorded. Never blocks. */
+static long ev_slot(cuda_backend *be, delta_event e, bool start) {
+    DELTA_ASSERT((unsigned)e.stream < DELTA_STREAM_COUNT);
     cstream *cs = &be->st[e.stream];
     size_t slot = (size_t)(e.seq % EV_RING);
-    if (e.seq > cs->items || cs->ev_seq[slot] != e.seq ||
-        cs->start_seq[slot] != e.seq)
-        return false; /* a wait, or too old */
-    cudaError_t r = cudaEventQuery(cs->ev[slot]);
+    if (e.seq == 0 || e.seq > cs->items || cs->ev_seq[slot] != e.seq ||
+        (start && cs->start_seq[slot] != e.seq))
+        return -1;
+    return (long)slot;
+}
+
+/* Whether the end event in slot is complete (asked, never waited for). */
+static bool slot_done(cuda_backend *be, delta_event e, long slot) {
+    cudaError_t r = cudaEventQuery(be->st[e.stream].ev[slot]);
     if (r == cudaErrorNotReady) return false;
     DELTA_ASSERTF(r == cudaSuccess, "cudaEventQuery: %s",
                   cudaGetErrorString(r));
     mark_done(be, e);
-    *t0 = since_base(be, cs->start[slot]);
-    *t1 = since_base(be, cs->ev[slot]);
+    return true;
+}
+
+static bool cu_span(void *ctx, delta_event e, double *t0, double *t1) {
+    cuda_backend *be = ctx;
+    long slot = ev_slot(be, e, true);
+    if (slot < 0 || !slot_done(be, e, slot)) return false;
+    rebase_poll(be, wall_s());
+    *t0 = since_base(be, be->st[e.stream].start[slot]);
+    *t1 = since_base(be, be->st[e.stream].ev[slot]);
     return true;
 }
 
 static bool cu_event_time(void *ctx, delta_event e, double *t) {
     cuda_backend *be = ctx;
-    DELTA_ASSERT((unsigned)e.stream < DELTA_STREAM_COUNT);
-    cstream *cs = &be->st[e.stream];
-    size_t slot = (size_t)(e.seq % EV_RING);
-    if (e.seq == 0 || cs->ev_seq[slot] != e.seq) return false;
-    cudaError_t r = cudaEventQuery(cs->ev[slot]);
-    if (r == cudaErrorNotReady) return false;
-    DELTA_ASSERTF(r == cudaSuccess, "cudaEventQuery: %s",
-                  cudaGetErrorString(r));
-    mark_done(be, e);
-    *t = since_base(be, cs->ev[slot]);
+    long slot = ev_slot(be, e, false);
+    if (slot < 0 || !slot_done(be, e, slot)) return false;
+    rebase_poll(be, wall_s());
+    *t = since_base(be, be->st[e.stream].ev[slot]);
     return true;
 }
 
 static double cu_clock(void *ctx) {
     cuda_backend *be = ctx;
-    CK(cudaEventRecord(be->t_now, be->st[DELTA_STREAM_COMPUTE].s));
-    CK(cudaEventSynchronize(be->t_now));
-    double t = since_base(be, be->t_now);
-    if (t - be->base_s > REBASE_S) { /* swap: t_now becomes the base */
-        cudaEvent_t b = be->t_base;
-        be->t_base = be->t_now;
-        be->t_now = b;
-        be->base_s = t;
-    }
-    return t;
+    double wall = wall_s();
+    rebase_poll(be, wall);
+    return wall - be->wall0;
 }
 
 static void cu_upload(void *ctx, void *dev, const void *host, size_t bytes) {
@@ -326,7 +375,7 @@ static void cu_destroy(void *ctx) {
     if (be->blas_ws) cudaFree(be->blas_ws);
     if (be->scratch) cudaFree(be->scratch);
     if (be->t_base) cudaEventDestroy(be->t_base);
-    if (be->t_now) cudaEventDestroy(be->t_now);
+    if (be->t_cand) cudaEventDestroy(be->t_cand);
     for (int s = 0; s < DELTA_STREAM_COUNT; s++) {
         cstream *cs = &be->st[s];
         for (int i = 0; i < EV_RING; i++) {
@@ -399,9 +448,9 @@ static double measure_link(cuda_backend *be) {
             float ms = 0;
             CK(cudaEventRecord(be->t_base, s));
             CK(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s));
-            CK(cudaEventRecord(be->t_now, s));
-            CK(cudaEventSynchronize(be->t_now));
-            CK(cudaEventElapsedTime(&ms, be->t_base, be->t_now));
+            CK(cudaEventRecord(be->t_cand, s));
+            CK(cudaEventSynchronize(be->t_cand));
+            CK(cudaEventElapsedTime(&ms, be->t_base, be->t_cand));
             double b = ms > 0 ? (double)n / (ms * 1e-3) : 0;
             if (r > 0 && b > bps) bps = b; /* the first one warms up */
         }
@@ -453,14 +502,13 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
         step = "cudaEventCreate";
         for (int i = 0; i < EV_RING; i++) {
             e = cudaEventCreate(&cs->ev[i]);
-            if (e == cudaSuccess && s != DELTA_STREAM_COMPUTE)
-                e = cudaEventCreate(&cs->start[i]);
+            if (e == cudaSuccess) e = cudaEventCreate(&cs->start[i]);
             if (e != cudaSuccess) goto fail_cuda;
         }
     }
     step = "cudaEventCreate";
     if ((e = cudaEventCreate(&be->t_base)) != cudaSuccess ||
-        (e = cudaEventCreate(&be->t_now)) != cudaSuccess)
+        (e = cudaEventCreate(&be->t_cand)) != cudaSuccess)
         goto fail_cuda;
     step = "cudaMalloc (cuBLAS workspace and scratch)";
     if ((e = cudaMalloc(&be->blas_ws, CUBLAS_WS_BYTES)) != cudaSuccess ||
@@ -502,10 +550,12 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
     be->base.link_latency_s = NOMINAL_LATENCY_S;
     be->base.device_bytes = (double)total_b;
     be->base.has_data = true;
-    /* the clock's origin */
+    /* the clock's origin: the base event at time 0, and the host's wall
+     * time just after it completed */
     CK(cudaEventRecord(be->t_base, be->st[DELTA_STREAM_COMPUTE].s));
     CK(cudaEventSynchronize(be->t_base));
     be->base_s = 0;
+    be->wall0 = be->base_wall = wall_s();
     return &be->base;
 fail_cuda:
     (void)cudaGetLastError();

@@ -20,7 +20,24 @@
  * reports e.g. 16,160 MiB on a V100-16GB, and the CUDA context takes a few
  * hundred MiB); a budget is given explicitly anyway, this is its ceiling.
  * tensor_flops is tf32 dense on A100/H100 (fp32 training on tensor cores)
- * and fp16 on V100, which has no tf32. */
+ * and fp16 on V100, which has no tf32.
+ *
+ * The host's side (HOST_SIDE below, the same for every preset: these costs
+ * are the host CPU's and the driver's, not the GPU's, and no public source
+ * separates them by GPU generation). Estimates, not calibrated on a GPU of
+ * delta's; docs/DEVICE.md ("Host clock") gives the sources:
+ *  - launch_host_s 3 us: host time in cudaLaunchKernel (and, taken the
+ *    same, cudaMemcpyAsync). ~3 us measured on an RTX 3080 (velox PR 6096);
+ *    at most 3.8 us on a V100 (NVIDIA's "Getting Started with CUDA Graphs":
+ *    2.9 us kernels issued back to back ran at 3.8 us each, and they kept
+ *    the GPU busy); 4-6 us per launch-and-wait on CUDA 13 (pegainfer blog).
+ *  - library_host_s 6 us more for a cuBLAS or cuDNN call (a GEMM's kernel
+ *    choice, cuDNN's descriptors): an estimate, no public figure found.
+ *  - launch_latency_s 2 us and sync_wake_s 2 us: the Graphs post's 9.6 us
+ *    per kernel when the host waits for each, less the 2.9 us kernel and
+ *    the launch, leaves ~3.7 us for latency plus wake-up; split evenly,
+ *    in line with a blocking wait costing ~2.4 us more than spinning
+ *    (CUDA.jl PR 896: 7.1 us vs 4.7 us for a tiny kernel and its wait). */
 #include "delta/backend.h"
 
 #include <string.h>
@@ -30,18 +47,37 @@
 #define GB 1e9
 #define US 1e-6
 
+#define HOST_SIDE                                                          \
+    .launch_host_s = 3 * US, .library_host_s = 6 * US,                    \
+    .launch_latency_s = 2 * US, .sync_wake_s = 2 * US
+
 static const delta_gpu_preset presets[] = {
-    {"v100-16g", "NVIDIA V100 SXM2 16 GB, PCIe 3 x16 host link",
-     16 * GIB, 15.7 * T, 125 * T, 900 * GB, 12 * GB, 10 * US},
-    {"v100-32g", "NVIDIA V100 SXM2 32 GB, PCIe 3 x16 host link",
-     32 * GIB, 15.7 * T, 125 * T, 900 * GB, 12 * GB, 10 * US},
-    {"a100-40g", "NVIDIA A100 SXM4 40 GB, PCIe 4 x16 host link",
-     40 * GIB, 19.5 * T, 156 * T, 1555 * GB, 25 * GB, 10 * US},
-    {"a100-80g", "NVIDIA A100 SXM4 80 GB, PCIe 4 x16 host link",
-     80 * GIB, 19.5 * T, 156 * T, 2039 * GB, 25 * GB, 10 * US},
-    {"h100-80g", "NVIDIA H100 SXM5 80 GB, PCIe 5 x16 host link",
-     80 * GIB, 67 * T, 495 * T, 3350 * GB, 50 * GB, 10 * US},
-    {NULL, NULL, 0, 0, 0, 0, 0, 0},
+    {.name = "v100-16g",
+     .description = "NVIDIA V100 SXM2 16 GB, PCIe 3 x16 host link",
+     .memory_bytes = 16 * GIB, .fp32_flops = 15.7 * T,
+     .tensor_flops = 125 * T, .hbm_bytes_per_s = 900 * GB,
+     .link_bytes_per_s = 12 * GB, .link_latency_s = 10 * US, HOST_SIDE},
+    {.name = "v100-32g",
+     .description = "NVIDIA V100 SXM2 32 GB, PCIe 3 x16 host link",
+     .memory_bytes = 32 * GIB, .fp32_flops = 15.7 * T,
+     .tensor_flops = 125 * T, .hbm_bytes_per_s = 900 * GB,
+     .link_bytes_per_s = 12 * GB, .link_latency_s = 10 * US, HOST_SIDE},
+    {.name = "a100-40g",
+     .description = "NVIDIA A100 SXM4 40 GB, PCIe 4 x16 host link",
+     .memory_bytes = 40 * GIB, .fp32_flops = 19.5 * T,
+     .tensor_flops = 156 * T, .hbm_bytes_per_s = 1555 * GB,
+     .link_bytes_per_s = 25 * GB, .link_latency_s = 10 * US, HOST_SIDE},
+    {.name = "a100-80g",
+     .description = "NVIDIA A100 SXM4 80 GB, PCIe 4 x16 host link",
+     .memory_bytes = 80 * GIB, .fp32_flops = 19.5 * T,
+     .tensor_flops = 156 * T, .hbm_bytes_per_s = 2039 * GB,
+     .link_bytes_per_s = 25 * GB, .link_latency_s = 10 * US, HOST_SIDE},
+    {.name = "h100-80g",
+     .description = "NVIDIA H100 SXM5 80 GB, PCIe 5 x16 host link",
+     .memory_bytes = 80 * GIB, .fp32_flops = 67 * T,
+     .tensor_flops = 495 * T, .hbm_bytes_per_s = 3350 * GB,
+     .link_bytes_per_s = 50 * GB, .link_latency_s = 10 * US, HOST_SIDE},
+    {.name = NULL},
 };
 
 const delta_gpu_preset *delta_gpu_presets(void) { return presets; }

@@ -1,14 +1,16 @@
 /* The sim backend: a virtual GPU. Nothing is computed and nothing is
- * allocated; ops and copies advance three virtual clocks (seconds), one per
- * stream, so the runtime and its policies can plan and be measured on
- * paper-scale models in seconds. Deterministic: the same calls give the
- * same clocks, bit for bit.
+ * allocated; ops and copies advance virtual clocks (seconds), one per
+ * stream and one for the host that issues them, so the runtime and its
+ * policies can plan and be measured on paper-scale models in seconds.
+ * Deterministic: the same calls give the same clocks, bit for bit.
  *
  * Cost model (also docs/DEVICE.md; constants in src/backend/backend.h):
  *   t(reshape) = 0 (a view: no kernel, no data moved)
  *   t(op) = launch + max(flops / (peak * eff_compute),
  *                        bytes / (hbm * eff_mem))
- *     launch       5 us per kernel
+ *     launch       5 us per kernel: the device's side of a kernel (its
+ *                  shortest run and the gap before the next); the host's
+ *                  side is the host clock's (below)
  *     GEMM-like ops (matmul, linear, conv2d, conv2d_dx, conv2d_dw):
  *                  peak = tensor_flops with tensor_cores, else fp32_flops;
  *                  eff_compute = 0.7 (cuBLAS/cuDNN reach 60-75% of peak on
@@ -21,17 +23,39 @@
  *   a copy on the compute stream (a device-side move): launch +
  *     2 bytes / (hbm * eff_mem) (read and write).
  *
- * Clocks. run advances the compute clock by t(op). A copy on a copy stream
- * starts at max(that stream's clock, the compute clock at issue time): the
- * runtime issues copies from the host thread in program order, and the host
- * is where the compute stream is (kernels run in its order), so a copy
- * cannot start before the work issued ahead of it on the host. It ends
- * start + t(copy), which becomes the stream's clock. record(s) returns
- * {s, items issued on s, clock of s}. wait(s, e) sets clock[s] =
- * max(clock[s], e.time). The host's time is the compute clock, so query(e)
- * is e.time <= compute clock, and sync(e) (the host blocks until e) moves
- * the compute clock to e.time like wait(compute, e). clock() is the compute
- * clock.
+ * Clocks: one per stream, and the host's. Every stream is asynchronous to
+ * the host, which issues work ahead of the device and only waits for it in
+ * sync. The host's costs are the preset's (launch_host_s, library_host_s,
+ * launch_latency_s, sync_wake_s; presets.c and docs/DEVICE.md).
+ *   run(op)      host += launch_host_s (+ library_host_s for GEMM-like ops,
+ *                which go through cuBLAS/cuDNN on the GPU); the kernel
+ *                starts at max(compute clock, host + launch_latency_s) and
+ *                ends t(op) later, the new compute clock. A reshape
+ *                launches nothing: no host cost, no time.
+ *   copy(s)      host += launch_host_s (issuing cudaMemcpyAsync); on a copy
+ *                stream it starts at max(clock[s], host): the link latency
+ *                inside t(copy) covers the DMA's start. On the compute
+ *                stream (a device-side move) it starts as a kernel would.
+ *   record(s)    {s, items issued on s, max(clock[s], host)}: when the
+ *                device reaches that point of s (an idle stream reaches it
+ *                when it is recorded). Costs the host nothing: an event is
+ *                a sequence number here, and the record's driver call is
+ *                counted in the wait that nearly always follows it.
+ *   wait(s, e)   clock[s] = max(clock[s], e.time); the host pays
+ *                DELTA_SIM_WAIT_HOST_S for the call (none when e is of s
+ *                itself or empty: the CUDA backend makes no call then).
+ *   query(e)     e.time <= host. Free, and it does not move the host: a
+ *                runtime that polls in a loop must sync instead.
+ *   sync(e)      when e.time > host the host blocks: host = e.time +
+ *                sync_wake_s. Nothing when e is already complete.
+ *   span(e)      the item's start and end once end <= host.
+ *   event_time   e.time once e.time <= host.
+ *   clock()      the host clock.
+ * So a step of many small kernels ends where the host's launches end
+ * (host-bound: the device idles between kernels), and a step of large
+ * kernels where the compute clock ends (device-bound: the host runs ahead,
+ * up to the runtime's throttle). t(op) is the device's time alone, so dry
+ * planning (delta_sim_op_seconds) sees no host costs.
  *
  * Memory. arena_create succeeds for any size with base NULL (only offsets
  * matter). host_alloc hands out unique fake addresses from a private
@@ -48,9 +72,10 @@ typedef struct sim_backend {
     delta_backend base;  /* base.ctx == this */
     const delta_gpu_preset *gpu;
     bool tensor_cores;
-    double clock[DELTA_STREAM_COUNT];
+    double clock[DELTA_STREAM_COUNT]; /* when each stream's last item ends */
+    double host;                      /* the host's clock */
     uint64_t seq[DELTA_STREAM_COUNT];
-    /* start and end of copy-stream items, by seq % DELTA_SPAN_HISTORY */
+    /* start and end of every stream's items, by seq % DELTA_SPAN_HISTORY */
     double span[DELTA_STREAM_COUNT][DELTA_SPAN_HISTORY][2];
     uint64_t next_token;
 } sim_backend;
@@ -107,20 +132,35 @@ static void sim_host_free(void *ctx, void *p) {
     (void)p;
 }
 
-/* Remembers the span of stream s's next item. */
-static void note_span(sim_backend *sb, delta_stream s, double t0, double t1) {
+/* Remembers the span of stream s's next item and counts it. */
+static void add_item(sim_backend *sb, delta_stream s, double t0, double t1) {
     size_t slot = (size_t)(sb->seq[s] + 1) % DELTA_SPAN_HISTORY;
     sb->span[s][slot][0] = t0;
     sb->span[s][slot][1] = t1;
+    sb->seq[s]++;
+}
+
+/* Issues a kernel (or a device-side move) of dev seconds on the compute
+ * stream after host_s of host time. */
+static void launch(sim_backend *sb, double host_s, double dev) {
+    sb->host += host_s;
+    double *c = &sb->clock[DELTA_STREAM_COMPUTE];
+    double t0 = max2(*c, sb->host + sb->gpu->launch_latency_s);
+    *c = t0 + dev;
+    add_item(sb, DELTA_STREAM_COMPUTE, t0, *c);
 }
 
 static void sim_run(void *ctx, const delta_kargs *k) {
     sim_backend *sb = ctx;
-    double t0 = sb->clock[DELTA_STREAM_COMPUTE];
-    sb->clock[DELTA_STREAM_COMPUTE] +=
-        delta_sim_op_seconds(sb->gpu, sb->tensor_cores, k->op);
-    note_span(sb, DELTA_STREAM_COMPUTE, t0, sb->clock[DELTA_STREAM_COMPUTE]);
-    sb->seq[DELTA_STREAM_COMPUTE]++;
+    const delta_op *op = k->op;
+    if (op->type == DELTA_OP_RESHAPE) { /* a view: nothing is launched */
+        double t = max2(sb->clock[DELTA_STREAM_COMPUTE], sb->host);
+        add_item(sb, DELTA_STREAM_COMPUTE, t, t);
+        return;
+    }
+    double host_s = sb->gpu->launch_host_s;
+    if (gemm_like(op->type)) host_s += sb->gpu->library_host_s;
+    launch(sb, host_s, delta_sim_op_seconds(sb->gpu, sb->tensor_cores, op));
 }
 
 static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
@@ -130,23 +170,22 @@ static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
     (void)src;
     DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
     if (s == DELTA_STREAM_COMPUTE) {
-        double start = sb->clock[s];
-        sb->clock[s] += DELTA_SIM_LAUNCH_S +
-                        2.0 * (double)bytes /
-                            (sb->gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
-        note_span(sb, s, start, sb->clock[s]);
-    } else {
-        double start = max2(sb->clock[s], sb->clock[DELTA_STREAM_COMPUTE]);
-        sb->clock[s] = start + delta_sim_copy_seconds(sb->gpu, (double)bytes);
-        note_span(sb, s, start, sb->clock[s]);
+        launch(sb, sb->gpu->launch_host_s,
+               DELTA_SIM_LAUNCH_S +
+                   2.0 * (double)bytes /
+                       (sb->gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM));
+        return;
     }
-    sb->seq[s]++;
+    sb->host += sb->gpu->launch_host_s;
+    double t0 = max2(sb->clock[s], sb->host);
+    sb->clock[s] = t0 + delta_sim_copy_seconds(sb->gpu, (double)bytes);
+    add_item(sb, s, t0, sb->clock[s]);
 }
 
 static delta_event sim_record(void *ctx, delta_stream s) {
     sim_backend *sb = ctx;
     DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
-    return (delta_event){s, sb->seq[s], sb->clock[s]};
+    return (delta_event){s, sb->seq[s], max2(sb->clock[s], sb->host)};
 }
 
 static void sim_wait(void *ctx, delta_stream s, delta_event e) {
@@ -155,25 +194,30 @@ static void sim_wait(void *ctx, delta_stream s, delta_event e) {
                  (unsigned)e.stream < DELTA_STREAM_COUNT);
     DELTA_ASSERTF(e.seq <= sb->seq[e.stream], "event %llu of stream %d was "
                   "never recorded", (unsigned long long)e.seq, (int)e.stream);
+    if (e.stream == s || e.seq == 0) return; /* nothing to wait for */
+    sb->host += DELTA_SIM_WAIT_HOST_S;
     sb->clock[s] = max2(sb->clock[s], e.time);
 }
 
 static bool sim_query(void *ctx, delta_event e) {
     sim_backend *sb = ctx;
-    return e.time <= sb->clock[DELTA_STREAM_COMPUTE];
+    return e.time <= sb->host;
 }
 
 static void sim_sync(void *ctx, delta_event e) {
-    sim_wait(ctx, DELTA_STREAM_COMPUTE, e);
+    sim_backend *sb = ctx;
+    if (e.time <= sb->host) return; /* complete: the host does not block */
+    sb->host = e.time + sb->gpu->sync_wake_s;
 }
 
 static bool sim_span(void *ctx, delta_event e, double *t0, double *t1) {
     sim_backend *sb = ctx;
+    DELTA_ASSERT((unsigned)e.stream < DELTA_STREAM_COUNT);
     if (e.seq == 0 || e.seq > sb->seq[e.stream] ||
-        sb->seq[e.stream] - e.seq >= DELTA_SPAN_HISTORY ||
-        !sim_query(ctx, e))
+        sb->seq[e.stream] - e.seq >= DELTA_SPAN_HISTORY)
         return false;
     size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
+    if (sb->span[e.stream][slot][1] > sb->host) return false; /* running */
     *t0 = sb->span[e.stream][slot][0];
     *t1 = sb->span[e.stream][slot][1];
     return true;
@@ -187,7 +231,7 @@ static bool sim_event_time(void *ctx, delta_event e, double *t) {
 
 static double sim_clock(void *ctx) {
     sim_backend *sb = ctx;
-    return sb->clock[DELTA_STREAM_COMPUTE];
+    return sb->host;
 }
 
 static double sim_op_cost(void *ctx, const delta_op *op) {
