@@ -86,6 +86,10 @@ static void usage(FILE *f) {
 "  --host-memory SIZE   cap the host store for swapped tensors (e.g. 2GiB;\n"
 "                       default: as much as the host gives); a run that\n"
 "                       needs more stops with a message, exit 1\n"
+"  --run-ahead N        most ops the host issues ahead of the device\n"
+"                       (default 64)\n"
+"  --sync-every-op      the host waits for every op, as the first runtime\n"
+"                       did: to measure what waiting costs\n"
 "output:\n"
 "  --save FILE          safetensors checkpoint of the trained model\n"
 "                       (PyTorch names; loads with load_state_dict)\n"
@@ -135,7 +139,7 @@ enum {
     OPT_LOAD, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_BACKEND, OPT_GPU,
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
-    OPT_HOST_MEMORY,
+    OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP,
 };
 
 static const struct option long_opts[] = {
@@ -178,6 +182,8 @@ static const struct option long_opts[] = {
     {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
+    {"run-ahead", required_argument, NULL, OPT_RUN_AHEAD},
+    {"sync-every-op", no_argument, NULL, OPT_SYNC_EVERY_OP},
     {NULL, 0, NULL, 0},
 };
 
@@ -430,6 +436,14 @@ static int parse_args(int argc, char **argv, train_config *c,
                                    "byte; leave the option out for no cap",
                                    opt);
             break;
+        case OPT_RUN_AHEAD: {
+            int64_t n = 0;
+            if (!parse_i64(opt, a, 1, 1 << 20, &n, err, sizeof err))
+                return usage_error("%s", err);
+            c->run_ahead = (int)n;
+            break;
+        }
+        case OPT_SYNC_EVERY_OP: c->sync_every_op = true; break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);

@@ -516,6 +516,8 @@ static delta_status open_session(trainer *t, int i) {
         .trace = t->trace,
         .plans = t->plans,
         .host_limit_bytes = t->cfg.host_memory,
+        .run_ahead = t->cfg.run_ahead,
+        .sync_every_op = t->cfg.sync_every_op,
     };
     delta_status st;
     char sub[512], sh_str[64];

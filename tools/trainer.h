@@ -92,6 +92,8 @@ typedef struct train_config {
     /* Host store for swapped tensors: at most this many bytes; 0: as much
      * as the host gives */
     size_t host_memory;
+    int run_ahead;                      /* 0: the session's default */
+    bool sync_every_op;                 /* the host waits for every op */
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */
