@@ -165,16 +165,16 @@ static void test_paths(void) {
     mkdir(sub, 0755);
 #define SMALL "--model", "mlp", "--data", "synthetic", "--steps", "1"
     /* --save */
-    FAILS(2, "is a directory", SMALL, "--save", tmpdir);
+    FAILS(2, "is a folder", SMALL, "--save", tmpdir);
     FAILS(2, "Not a directory", SMALL, "--save", under);
     FAILS(2, "cannot create files there", SMALL, "--save",
           "/no/such/dir/x.safetensors");
     FAILS(2, "cannot create files there", SMALL, "--save",
           "/proc/delta.safetensors");
     /* --json and --trace */
-    FAILS(2, "Is a directory", SMALL, "--json", tmpdir);
+    FAILS(2, "is a folder", SMALL, "--json", tmpdir);
     FAILS(2, "Not a directory", SMALL, "--json", under);
-    FAILS(2, "Is a directory", SMALL, "--trace", tmpdir);
+    FAILS(2, "is a folder", SMALL, "--trace", tmpdir);
     FAILS(2, "No such file or directory", SMALL, "--trace",
           "/no/such/dir/t.json");
     FAILS(2, "Not a directory", SMALL, "--trace", under);

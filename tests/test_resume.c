@@ -363,9 +363,8 @@ static bool wait_for_text(int fd, const char *needle, char *buf,
  * the stale temporary is there, and a resume over the same path finishes
  * the run with the uninterrupted run's tensors and no temporary left. */
 static void test_kill_mid_save(void) {
-    char ck[128], tmp[160], full[128];
+    char ck[128], tmp[256] = "", full[128];
     path_in_tmp(ck, sizeof ck, "kill.safetensors");
-    snprintf(tmp, sizeof tmp, "%s.tmp", ck);
     path_in_tmp(full, sizeof full, "kill_full.safetensors");
     TRAIN(RESNET, "--steps", "8", "--checkpoint-every", "8", "--save", full);
     CHECK(res.status == 0, "8 steps: %d %s", res.status, res.err);
@@ -379,6 +378,12 @@ static void test_kill_mid_save(void) {
     static char buf[1 << 14];
     bool paused = wait_for_text(fd, "paused in save 3", buf, sizeof buf);
     CHECK(paused, "the save did not pause: %.400s", buf);
+    /* "..., writing PATH.delta-XXXXXX.tmp": the save's unique temporary */
+    const char *w = strstr(buf, "writing ");
+    if (w) snprintf(tmp, sizeof tmp, "%.*s", (int)strcspn(w + 8, "\n"),
+                    w + 8);
+    CHECK(strstr(tmp, ".delta-") && strstr(tmp, ".tmp"),
+          "not a unique temporary: '%s'", tmp);
     CHECK(exists(tmp), "no temporary %s while saving", tmp);
     kill(pid, SIGKILL);
     int ws = 0;

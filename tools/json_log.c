@@ -1,6 +1,8 @@
 /* The --json log (see json_log.h). */
 #include "json_log.h"
 
+#include "outfile.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,12 +17,8 @@ struct json_log {
 };
 
 json_log *json_log_open(const char *path, char *err, size_t err_len) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, err_len, "cannot create the JSON log %s: %s", path,
-                 strerror(errno));
-        return NULL;
-    }
+    FILE *f = outfile_open("--json", path, "w", err, err_len);
+    if (!f) return NULL;
     json_log *l = calloc(1, sizeof *l);
     char *p = strdup(path);
     if (!l || !p) {

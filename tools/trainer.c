@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "outfile.h"
 #include "delta/cpu.h"
 #include "progress.h"
 #include "resume.h"
@@ -594,6 +595,30 @@ static delta_status use_shape(trainer *t, int64_t batch, int64_t seq_len) {
     return st;
 }
 
+/* Every file the run will write may replace only a regular file or be
+ * created (outfile.h), and --save's folder must take a new file: all
+ * refused now, before any work, rather than after training. A run that
+ * saves holds --save's lock from here on and clears the temporaries
+ * killed saves of that path left. */
+static delta_status check_outputs(trainer *t) {
+    const train_config *c = &t->cfg;
+    delta_status st = DELTA_OK;
+    if (c->json) st = outfile_check("--json", c->json, t->err, sizeof t->err);
+    if (st == DELTA_OK && c->trace)
+        st = outfile_check("--trace", c->trace, t->err, sizeof t->err);
+    if (st == DELTA_OK && c->save)
+        st = outfile_probe("--save", c->save, t->err, sizeof t->err);
+    if (st != DELTA_OK || !c->save || c->plan_only) return st;
+    t->save_lock = outfile_lock(c->save, t->err, sizeof t->err);
+    if (t->save_lock < 0) return DELTA_ERR_INVALID_ARG;
+    t->save_locked = true;
+    int stale = outfile_remove_stale_temps(c->save);
+    if (stale)
+        info(t, "removed %d temporar%s that a killed save of %s left", stale,
+             stale == 1 ? "y" : "ies", c->save);
+    return DELTA_OK;
+}
+
 delta_status trainer_setup(trainer *t, const train_config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -617,11 +642,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     delta_status st0 = resume_check_options(t);
     if (st0 != DELTA_OK) return st0;
 
-    /* Refuse an unwritable --save now rather than after training. */
-    if (c->save) {
-        delta_status sst = checkpoint_probe(c->save, t->err, sizeof t->err);
-        if (sst != DELTA_OK) return sst;
-    }
+    st0 = check_outputs(t);
+    if (st0 != DELTA_OK) return st0;
 
     /* The family decides the data: image_size is set for classifiers. */
     delta_model_config probe = {.name = c->model.name, .batch = 1}, pr;
@@ -1197,6 +1219,8 @@ delta_status trainer_close_trace(trainer *t) {
 
 void trainer_free(trainer *t) {
     if (!t) return;
+    if (t->save_locked) outfile_unlock(t->cfg.save, t->save_lock);
+    t->save_locked = false;
     if (t->json) {
         char sub[512];
         json_log_close(t->json, sub, sizeof sub);

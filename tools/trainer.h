@@ -164,6 +164,8 @@ typedef struct trainer {
     int64_t saved_step;         /* step of the last checkpoint written; -1 */
     train_result result;
     json_log *json;
+    bool save_locked;           /* holds cfg.save's lock (save_lock) */
+    int save_lock;              /* outfile_lock's descriptor */
     delta_trace *trace;         /* --trace; the session writes into it */
     FILE *info;                 /* informational lines (NULL when quiet) */
     /* Set by the caller after trainer_setup (cfg.steps entries, not
