@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,6 +43,11 @@ static result res __attribute__((unused)); /* large: one shared buffer */
  * is then 128 + SIGALRM); 0: no limit. For tests whose failure would be a
  * hang (a FIFO opened for writing with no reader). */
 static unsigned run_timeout_s __attribute__((unused));
+
+/* Bytes a run of the tool may write to any one file (RLIMIT_FSIZE, with
+ * SIGXFSZ ignored so a write fails with EFBIG instead); 0: no limit. To
+ * make writing an output fail without root or a full disk. */
+static long run_fsize_limit __attribute__((unused));
 
 static inline double now(void) {
     struct timespec t;
@@ -108,6 +115,12 @@ static inline void run_cmd(result *r, const char *cmd,
         dup2(o, 1);
         dup2(e, 2);
         if (run_timeout_s) alarm(run_timeout_s); /* kept across execv */
+        if (run_fsize_limit) {
+            signal(SIGXFSZ, SIG_IGN);
+            struct rlimit rl = {(rlim_t)run_fsize_limit,
+                                (rlim_t)run_fsize_limit};
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
         execv(tool, (char *const *)argv);
         _exit(127);
     }

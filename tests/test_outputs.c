@@ -163,12 +163,46 @@ static void test_second_run_refused(void) {
     unlink(ck);
 }
 
+/* Defect 8: writing an output that fails mid-run (a save, --json,
+ * --trace) is the run's failure, exit 1, not bad usage (2). The files are
+ * capped with RLIMIT_FSIZE (no root, no full disk needed). */
+static void test_write_failures_exit_1(void) {
+    char ck[128], json[128], trace[128];
+    path_in_tmp(ck, sizeof ck, "failing.safetensors");
+    path_in_tmp(json, sizeof json, "failing.jsonl");
+    path_in_tmp(trace, sizeof trace, "failing.json");
+    setenv("DELTA_TEST_SAVE_FAIL", "write", 1);
+    FAILS(1, "Input/output error", GPT, "--steps", "1", "--save", ck);
+    unsetenv("DELTA_TEST_SAVE_FAIL");
+    run_fsize_limit = 2048;
+    FAILS(1, "File too large", GPT, "--steps", "20", "--json", json);
+    FAILS(1, "--trace", GPT, "--steps", "2", "--trace", trace);
+    run_fsize_limit = 0;
+    /* bad input stays 2 */
+    FAILS(2, "is a folder", GPT, "--steps", "1", "--json", tmpdir);
+    unlink(json);
+    unlink(trace);
+}
+
+/* Defect 8: a step program too large names its tensor and shape (not
+ * "tensor ''" and a dimension that is fine). */
+static void test_messages(void) {
+    USAGE_FAILS(&res, "plan", "more than 2^48 elements", "--model",
+                "gpt2-xl", "--batch", "99999999");
+    CHECK(!strstr(res.err, "tensor ''"), "an unnamed tensor: %.300s",
+          res.err);
+    CHECK(strstr(res.err, "99999999 x"), "the shape is not given: %.300s",
+          res.err);
+}
+
 int main(int argc, char **argv) {
     if (!cli_setup(argc, argv, "delta_test_outputs")) return 1;
     run_timeout_s = 120; /* a FIFO opened for writing would block */
     TEST_RUN(test_outputs_refuse_non_regular_files);
     TEST_RUN(test_save_keeps_users_tmp);
     TEST_RUN(test_second_run_refused);
+    TEST_RUN(test_write_failures_exit_1);
+    TEST_RUN(test_messages);
     cli_cleanup();
     TEST_MAIN_END();
 }

@@ -506,8 +506,9 @@ int cmd_plan(int argc, char **argv) {
     delta_status st = trainer_setup(&t, &c);
     if (st == DELTA_OK) st = trainer_print_plan(&t);
     if (st != DELTA_OK) fprintf(stderr, "delta plan: %s\n", t.err);
+    rc = trainer_exit(&t, st);
     trainer_free(&t);
-    return trainer_exit_code(st);
+    return rc;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -528,6 +529,7 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "delta train: %s\n", t.err);
         if (st == DELTA_OK) st = tst;
     }
+    int rc2 = trainer_exit(&t, st);
     trainer_free(&t);
-    return trainer_exit_code(st);
+    return rc2;
 }

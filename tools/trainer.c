@@ -58,6 +58,18 @@ static void info(trainer *t, const char *fmt, ...) {
     fflush(t->info);
 }
 
+/* st of writing an output (a save, the JSON log, the trace): a failure
+ * there is the run's, not its input's (exit 1, trainer_exit). */
+static delta_status wrote(trainer *t, delta_status st) {
+    if (st == DELTA_ERR_IO) t->output_failed = true;
+    return st;
+}
+
+int trainer_exit(const trainer *t, delta_status st) {
+    if (st != DELTA_OK && t->output_failed) return 1;
+    return trainer_exit_code(st);
+}
+
 int trainer_exit_code(delta_status st) {
     switch (st) {
     case DELTA_OK: return 0;
@@ -467,8 +479,8 @@ static delta_status setup_backend(trainer *t) {
                                   : t->budget_bytes ? -1.0 : 0.0;
         delta_cpu_backend_opts o = {.link_gbps = link, .link_latency_s = -1};
         t->backend = delta_backend_cpu_new(&o, sub, sizeof sub);
-        if (!t->backend) return fail(t, DELTA_ERR_STATE, "cpu backend: %s",
-                                     sub);
+        /* the backend's messages name it already ("cpu backend: ...") */
+        if (!t->backend) return fail(t, DELTA_ERR_STATE, "%s", sub);
         double bps = delta_backend_link_bps(t->backend);
         if (bps > 0)
             info(t, "backend: cpu, %d threads, link %.1f GB/s",
@@ -884,11 +896,16 @@ delta_status trainer_train(trainer *t) {
         delta_step_stats s = {0};
         st = delta_session_run(t->session, DELTA_RUN_STEP, &s);
         if (st != DELTA_OK) {
+            /* the host store's cap is only worth raising when one was
+             * set; otherwise the host itself is out of memory */
             fail(t, st, "step %" PRId64 ": %s%s", first + i + 1,
                  delta_session_error(t->session),
-                 st == DELTA_ERR_NOMEM ? "; give the host store more "
-                 "(--host-memory) or the device a larger --budget, so that "
-                 "less is swapped" : "");
+                 st != DELTA_ERR_NOMEM ? ""
+                 : c->host_memory ? "; give the host store more "
+                   "(--host-memory) or the device a larger --budget, so "
+                   "that less is swapped"
+                 : "; the host is out of memory: free some, or give the "
+                   "device a larger --budget, so that less is swapped");
             break;
         }
         double loss = NAN;
@@ -917,7 +934,7 @@ delta_status trainer_train(trainer *t) {
             break;
         }
         if (resume_due(t, first + i + 1)) {
-            st = resume_save(t);
+            st = wrote(t, resume_save(t));
             if (st != DELTA_OK) break;
         }
     }
@@ -1028,7 +1045,8 @@ delta_status trainer_save(trainer *t) {
     /* a run with checkpoints (or resumed from one) ends with one too,
      * unless the last step's is already written */
     if (t->cfg.checkpoint_every || t->resumed) {
-        delta_status st = t->saved_step == step ? DELTA_OK : resume_save(t);
+        delta_status st =
+            t->saved_step == step ? DELTA_OK : wrote(t, resume_save(t));
         if (st == DELTA_OK)
             info(t, "saved %s (training checkpoint of step %" PRId64 "; "
                  "--resume continues it)", t->cfg.save, step);
@@ -1037,9 +1055,10 @@ delta_status trainer_save(trainer *t) {
     /* The current session's tensors (the same at every shape) under the
      * main shape's config (its seq_len, the longest, goes in the
      * metadata). */
-    delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
-                                      t->n_model_tensors, &t->shapes[0].model,
-                                      step, NULL, t->err, sizeof t->err);
+    delta_status st = wrote(
+        t, checkpoint_save(t->cfg.save, t->session, t->ctx,
+                           t->n_model_tensors, &t->shapes[0].model, step,
+                           NULL, t->err, sizeof t->err));
     if (st == DELTA_OK) info(t, "saved %s", t->cfg.save);
     return st;
 }
@@ -1199,7 +1218,7 @@ delta_status trainer_report(trainer *t) {
     char sub[512];
     ok = json_log_close(t->json, sub, sizeof sub) && ok;
     t->json = NULL;
-    if (!ok) return fail(t, DELTA_ERR_IO, "%s", sub);
+    if (!ok) return wrote(t, fail(t, DELTA_ERR_IO, "%s", sub));
     return DELTA_OK;
 }
 
@@ -1212,7 +1231,7 @@ delta_status trainer_close_trace(trainer *t) {
     delta_status st = delta_trace_close(t->trace, sub, sizeof sub);
     t->trace = NULL;
     if (st != DELTA_OK)
-        return fail(t, st, "--trace %s: %s", t->cfg.trace, sub);
+        return wrote(t, fail(t, st, "--trace %s: %s", t->cfg.trace, sub));
     info(t, "trace: %s", t->cfg.trace);
     return DELTA_OK;
 }
@@ -1315,6 +1334,6 @@ delta_status trainer_print_plan(trainer *t) {
     cJSON_Delete(top);
     ok = json_log_close(t->json, sub, sizeof sub) && ok;
     t->json = NULL;
-    if (!ok) return fail(t, DELTA_ERR_IO, "--json: %s", sub);
+    if (!ok) return wrote(t, fail(t, DELTA_ERR_IO, "--json: %s", sub));
     return DELTA_OK;
 }

@@ -166,6 +166,7 @@ typedef struct trainer {
     json_log *json;
     bool save_locked;           /* holds cfg.save's lock (save_lock) */
     int save_lock;              /* outfile_lock's descriptor */
+    bool output_failed;         /* writing an output failed: exit 1 */
     delta_trace *trace;         /* --trace; the session writes into it */
     FILE *info;                 /* informational lines (NULL when quiet) */
     /* Set by the caller after trainer_setup (cfg.steps entries, not
@@ -216,5 +217,9 @@ void trainer_free(trainer *t);
  * arguments, shapes, unreadable or malformed files, unsupported
  * requests), 1 for anything else. */
 int trainer_exit_code(delta_status st);
+
+/* The exit status of a run that ended with st: 1 when writing an output
+ * (a save, --json, --trace) failed, else trainer_exit_code(st). */
+int trainer_exit(const trainer *t, delta_status st);
 
 #endif
