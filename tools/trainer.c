@@ -466,7 +466,7 @@ static delta_status setup_backend(trainer *t) {
             return fail(t, delta_cuda_built() ? DELTA_ERR_STATE
                                               : DELTA_ERR_UNSUPPORTED,
                         "%s", sub);
-        info(t, "backend: cuda, device memory %s, link %.1f GB/s, "
+        info(t, "backend: cuda, device memory %s, link %.3g GB/s, "
              "convolutions on %s",
              delta_format_bytes(delta_backend_device_bytes(t->backend), b1,
                                 sizeof b1),
@@ -483,7 +483,7 @@ static delta_status setup_backend(trainer *t) {
         if (!t->backend) return fail(t, DELTA_ERR_STATE, "%s", sub);
         double bps = delta_backend_link_bps(t->backend);
         if (bps > 0)
-            info(t, "backend: cpu, %d threads, link %.1f GB/s",
+            info(t, "backend: cpu, %d threads, link %.3g GB/s",
                  delta_cpu_threads(), bps / 1e9);
         else
             info(t, "backend: cpu, %d threads, link unthrottled",
