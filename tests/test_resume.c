@@ -401,6 +401,48 @@ static void test_kill_mid_save(void) {
     same_tensors(full, ck, NULL);
 }
 
+/* Defect 11: the --json log is written in whole lines, so a run killed
+ * mid-save leaves every step it trained logged and parseable (it was
+ * written in 4 KiB blocks: nothing, or a half line); a resume with the same
+ * --json cuts the killed run's lines after its checkpoint and appends, so
+ * the log holds steps 1..N once each and the summary (it was truncated,
+ * losing steps 1..K). */
+static void test_json_log_across_resume(void) {
+    char ck[128], log[128];
+    path_in_tmp(ck, sizeof ck, "json_kill.safetensors");
+    path_in_tmp(log, sizeof log, "json_kill.jsonl");
+    const char *args[] = {RESNET, "--steps", "6", "--checkpoint-every", "2",
+                          "--save", ck, "--json", log, NULL};
+    int fd = -1;
+    pid_t pid = spawn_train(args, "DELTA_TEST_SAVE_PAUSE", "2", &fd);
+    CHECK(pid > 0, "fork");
+    if (pid <= 0) return;
+    static char buf[1 << 14];
+    CHECK(wait_for_text(fd, "paused in save 2", buf, sizeof buf),
+          "no pause: %.300s", buf);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fd);
+    cJSON *objs[16];
+    int n = read_json_lines(log, objs, 16);
+    CHECK(n == 4, "the killed run logged %d whole lines, want 4 (steps "
+          "1-4)", n);
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+    TRAIN(RESNET, "--steps", "6", "--checkpoint-every", "2", "--resume", ck,
+          "--save", ck, "--json", log);
+    CHECK(res.status == 0, "resume: %d %.300s", res.status, res.err);
+    n = read_json_lines(log, objs, 16);
+    CHECK(n == 7, "%d lines after the resume, want 6 steps + summary", n);
+    for (int i = 0; i < n; i++) {
+        if (i < 6)
+            CHECK(num(objs[i], "step") == i + 1, "line %d is step %g", i,
+                  num(objs[i], "step"));
+        else
+            CHECK(cJSON_GetObjectItem(objs[i], "summary"), "no summary");
+        cJSON_Delete(objs[i]);
+    }
+}
+
 /* Kills at random moments of a run that saves after every step: whatever
  * the moment, the checkpoint (when one was written) opens, and resumes. */
 static void test_kill_at_random(void) {
@@ -509,6 +551,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_pytorch_takes_checkpoints);
     TEST_RUN(test_resume_refusals);
     TEST_RUN(test_kill_mid_save);
+    TEST_RUN(test_json_log_across_resume);
     TEST_RUN(test_kill_at_random);
     TEST_RUN(test_host_memory_mid_run);
     cli_cleanup();

@@ -313,7 +313,7 @@ int cmd_maxbatch(int argc, char **argv) {
     if (rc < 0) rc = check_setup(m);
     if (rc < 0 && m->json) {
         char err[512];
-        json = json_log_open(m->json, err, sizeof err);
+        json = json_log_open(m->json, false, err, sizeof err);
         if (!json) {
             fprintf(stderr, "delta maxbatch: %s\n", err);
             rc = 2;

@@ -711,7 +711,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
              t->lr);
 
     if (c->json) {
-        t->json = json_log_open(c->json, sub, sizeof sub);
+        /* a resumed run continues its log (json_log_resume below) */
+        t->json = json_log_open(c->json, c->resume != NULL, sub, sizeof sub);
         if (!t->json) return fail(t, DELTA_ERR_IO, "%s", sub);
     }
     if (c->plan_only) return DELTA_OK;
@@ -768,6 +769,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     if (c->resume) {
         st = resume_load(t);
         if (st != DELTA_OK) return st;
+        if (!json_log_resume(t->json, t->start_step, sub, sizeof sub))
+            return fail(t, DELTA_ERR_IO, "%s", sub);
         info(t, "resumed %s at step %" PRId64 "; training steps %" PRId64
              "..%" PRId64, c->resume, t->start_step, t->start_step + 1,
              c->steps);
