@@ -443,6 +443,34 @@ static void test_json_log_across_resume(void) {
     }
 }
 
+/* Defect 6: the data is identified by content. The same file by another
+ * path resumes (it was refused: the path was compared as text); another
+ * file of the same path and size does not (it was accepted, and the resume
+ * was silently no longer exact). */
+static void test_resume_data_by_content(void) {
+    char txt[128], alias[160], ck[128], out[128];
+    path_in_tmp(txt, sizeof txt, "notes.txt");
+    snprintf(alias, sizeof alias, "%s/./notes.txt", tmpdir);
+    path_in_tmp(ck, sizeof ck, "notes.safetensors");
+    path_in_tmp(out, sizeof out, "notes_out.safetensors");
+    char text[4096];
+    for (size_t i = 0; i < sizeof text - 1; i++)
+        text[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    text[sizeof text - 1] = '\0';
+    CHECK(write_text(txt, text), "writing %s", txt);
+    TRAIN(GPT2, "--data", txt, "--seq-len", "32", "--batch", "2", "--steps",
+          "2", "--checkpoint-every", "2", "--save", ck);
+    CHECK(res.status == 0, "first run: %d %.300s", res.status, res.err);
+    TRAIN(GPT2, "--data", alias, "--seq-len", "32", "--batch", "2",
+          "--steps", "3", "--resume", ck, "--save", out);
+    CHECK(res.status == 0, "the same file by another path: %d %.300s",
+          res.status, res.err);
+    text[100] = text[100] == 'x' ? 'y' : 'x';
+    CHECK(write_text(txt, text), "writing %s", txt);
+    FAILS(2, "--data (its content)", GPT2, "--data", txt, "--seq-len", "32",
+          "--batch", "2", "--steps", "3", "--resume", ck, "--save", out);
+}
+
 /* Kills at random moments of a run that saves after every step: whatever
  * the moment, the checkpoint (when one was written) opens, and resumes. */
 static void test_kill_at_random(void) {
@@ -552,6 +580,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_resume_refusals);
     TEST_RUN(test_kill_mid_save);
     TEST_RUN(test_json_log_across_resume);
+    TEST_RUN(test_resume_data_by_content);
     TEST_RUN(test_kill_at_random);
     TEST_RUN(test_host_memory_mid_run);
     cli_cleanup();

@@ -164,6 +164,8 @@ typedef struct trainer {
     int64_t saved_step;         /* step of the last checkpoint written; -1 */
     train_result result;
     json_log *json;
+    char data_id[96];           /* the data's content (resume.c); "" until
+                                   first needed */
     bool save_locked;           /* holds cfg.save's lock (save_lock) */
     int save_lock;              /* outfile_lock's descriptor */
     bool output_failed;         /* writing an output failed: exit 1 */
