@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,6 +39,16 @@ typedef struct result {
 
 static result res __attribute__((unused)); /* large: one shared buffer */
 
+/* Seconds a run of the tool may take before SIGALRM ends it (its status
+ * is then 128 + SIGALRM); 0: no limit. For tests whose failure would be a
+ * hang (a FIFO opened for writing with no reader). */
+static unsigned run_timeout_s __attribute__((unused));
+
+/* Bytes a run of the tool may write to any one file (RLIMIT_FSIZE, with
+ * SIGXFSZ ignored so a write fails with EFBIG instead); 0: no limit. To
+ * make writing an output fail without root or a full disk. */
+static long run_fsize_limit __attribute__((unused));
+
 static inline double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -50,6 +62,21 @@ static inline void slurp(const char *path, char *buf, size_t cap) {
     size_t n = fread(buf, 1, cap - 1, f);
     buf[n] = '\0';
     fclose(f);
+}
+
+/* Writes text to path; true when written. */
+static inline bool write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Whether path holds exactly text (up to 255 bytes). */
+static inline bool file_holds(const char *path, const char *text) {
+    static char buf[256];
+    slurp(path, buf, sizeof buf);
+    return !strcmp(buf, text);
 }
 
 /* argv of `tool [cmd] args...` (args NULL-terminated) into argv. */
@@ -87,6 +114,13 @@ static inline void run_cmd(result *r, const char *cmd,
         if (o < 0 || e < 0) _exit(126);
         dup2(o, 1);
         dup2(e, 2);
+        if (run_timeout_s) alarm(run_timeout_s); /* kept across execv */
+        if (run_fsize_limit) {
+            signal(SIGXFSZ, SIG_IGN);
+            struct rlimit rl = {(rlim_t)run_fsize_limit,
+                                (rlim_t)run_fsize_limit};
+            setrlimit(RLIMIT_FSIZE, &rl);
+        }
         execv(tool, (char *const *)argv);
         _exit(127);
     }

@@ -89,6 +89,21 @@ static void test_reals(void) {
     FAILS(2, "--link-bw is -1", "--model", "gpt2-tiny", "--link-bw", "-1");
     FAILS(2, "--link-bw", "--model", "gpt2-tiny", "--link-bw", "inf");
     FAILS(2, "--link-bw", "--model", "gpt2-tiny", "--link-bw", "fast");
+    /* defect 10: 1e-300 ran unthrottled, 1e-6 never ended */
+    FAILS(2, "at least 0.01 GB/s", "--model", "gpt2-tiny", "--link-bw",
+          "1e-300");
+    FAILS(2, "at least 0.01 GB/s", "--model", "gpt2-tiny", "--link-bw",
+          "1e-6");
+    const char *slow[] = {"--model", "mlp", "--data", "synthetic", "--steps",
+                          "1", "--budget", "90%", "--link-bw", "0.01", NULL};
+    run_tool(&res, true, slow);
+    CHECK(res.status == 0 && strstr(res.err, "link 0.01 GB/s"),
+          "the slowest link: %d %.300s", res.status, res.err);
+    const char *none[] = {"--model", "mlp", "--data", "synthetic", "--steps",
+                          "1", "--budget", "90%", "--link-bw", "0", NULL};
+    run_tool(&res, true, none);
+    CHECK(res.status == 0 && strstr(res.err, "link unthrottled"),
+          "no throttle: %d %.300s", res.status, res.err);
 }
 
 /* Sizes, budgets and names. */
@@ -165,16 +180,16 @@ static void test_paths(void) {
     mkdir(sub, 0755);
 #define SMALL "--model", "mlp", "--data", "synthetic", "--steps", "1"
     /* --save */
-    FAILS(2, "is a directory", SMALL, "--save", tmpdir);
+    FAILS(2, "is a folder", SMALL, "--save", tmpdir);
     FAILS(2, "Not a directory", SMALL, "--save", under);
     FAILS(2, "cannot create files there", SMALL, "--save",
           "/no/such/dir/x.safetensors");
     FAILS(2, "cannot create files there", SMALL, "--save",
           "/proc/delta.safetensors");
     /* --json and --trace */
-    FAILS(2, "Is a directory", SMALL, "--json", tmpdir);
+    FAILS(2, "is a folder", SMALL, "--json", tmpdir);
     FAILS(2, "Not a directory", SMALL, "--json", under);
-    FAILS(2, "Is a directory", SMALL, "--trace", tmpdir);
+    FAILS(2, "is a folder", SMALL, "--trace", tmpdir);
     FAILS(2, "No such file or directory", SMALL, "--trace",
           "/no/such/dir/t.json");
     FAILS(2, "Not a directory", SMALL, "--trace", under);

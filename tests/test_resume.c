@@ -363,9 +363,8 @@ static bool wait_for_text(int fd, const char *needle, char *buf,
  * the stale temporary is there, and a resume over the same path finishes
  * the run with the uninterrupted run's tensors and no temporary left. */
 static void test_kill_mid_save(void) {
-    char ck[128], tmp[160], full[128];
+    char ck[128], tmp[256] = "", full[128];
     path_in_tmp(ck, sizeof ck, "kill.safetensors");
-    snprintf(tmp, sizeof tmp, "%s.tmp", ck);
     path_in_tmp(full, sizeof full, "kill_full.safetensors");
     TRAIN(RESNET, "--steps", "8", "--checkpoint-every", "8", "--save", full);
     CHECK(res.status == 0, "8 steps: %d %s", res.status, res.err);
@@ -379,6 +378,12 @@ static void test_kill_mid_save(void) {
     static char buf[1 << 14];
     bool paused = wait_for_text(fd, "paused in save 3", buf, sizeof buf);
     CHECK(paused, "the save did not pause: %.400s", buf);
+    /* "..., writing PATH.delta-XXXXXX.tmp": the save's unique temporary */
+    const char *w = strstr(buf, "writing ");
+    if (w) snprintf(tmp, sizeof tmp, "%.*s", (int)strcspn(w + 8, "\n"),
+                    w + 8);
+    CHECK(strstr(tmp, ".delta-") && strstr(tmp, ".tmp"),
+          "not a unique temporary: '%s'", tmp);
     CHECK(exists(tmp), "no temporary %s while saving", tmp);
     kill(pid, SIGKILL);
     int ws = 0;
@@ -394,6 +399,76 @@ static void test_kill_mid_save(void) {
           res.err);
     CHECK(!exists(tmp), "%s left behind by a good run", tmp);
     same_tensors(full, ck, NULL);
+}
+
+/* Defect 11: the --json log is written in whole lines, so a run killed
+ * mid-save leaves every step it trained logged and parseable (it was
+ * written in 4 KiB blocks: nothing, or a half line); a resume with the same
+ * --json cuts the killed run's lines after its checkpoint and appends, so
+ * the log holds steps 1..N once each and the summary (it was truncated,
+ * losing steps 1..K). */
+static void test_json_log_across_resume(void) {
+    char ck[128], log[128];
+    path_in_tmp(ck, sizeof ck, "json_kill.safetensors");
+    path_in_tmp(log, sizeof log, "json_kill.jsonl");
+    const char *args[] = {RESNET, "--steps", "6", "--checkpoint-every", "2",
+                          "--save", ck, "--json", log, NULL};
+    int fd = -1;
+    pid_t pid = spawn_train(args, "DELTA_TEST_SAVE_PAUSE", "2", &fd);
+    CHECK(pid > 0, "fork");
+    if (pid <= 0) return;
+    static char buf[1 << 14];
+    CHECK(wait_for_text(fd, "paused in save 2", buf, sizeof buf),
+          "no pause: %.300s", buf);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fd);
+    cJSON *objs[16];
+    int n = read_json_lines(log, objs, 16);
+    CHECK(n == 4, "the killed run logged %d whole lines, want 4 (steps "
+          "1-4)", n);
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+    TRAIN(RESNET, "--steps", "6", "--checkpoint-every", "2", "--resume", ck,
+          "--save", ck, "--json", log);
+    CHECK(res.status == 0, "resume: %d %.300s", res.status, res.err);
+    n = read_json_lines(log, objs, 16);
+    CHECK(n == 7, "%d lines after the resume, want 6 steps + summary", n);
+    for (int i = 0; i < n; i++) {
+        if (i < 6)
+            CHECK(num(objs[i], "step") == i + 1, "line %d is step %g", i,
+                  num(objs[i], "step"));
+        else
+            CHECK(cJSON_GetObjectItem(objs[i], "summary"), "no summary");
+        cJSON_Delete(objs[i]);
+    }
+}
+
+/* Defect 6: the data is identified by content. The same file by another
+ * path resumes (it was refused: the path was compared as text); another
+ * file of the same path and size does not (it was accepted, and the resume
+ * was silently no longer exact). */
+static void test_resume_data_by_content(void) {
+    char txt[128], alias[160], ck[128], out[128];
+    path_in_tmp(txt, sizeof txt, "notes.txt");
+    snprintf(alias, sizeof alias, "%s/./notes.txt", tmpdir);
+    path_in_tmp(ck, sizeof ck, "notes.safetensors");
+    path_in_tmp(out, sizeof out, "notes_out.safetensors");
+    char text[4096];
+    for (size_t i = 0; i < sizeof text - 1; i++)
+        text[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    text[sizeof text - 1] = '\0';
+    CHECK(write_text(txt, text), "writing %s", txt);
+    TRAIN(GPT2, "--data", txt, "--seq-len", "32", "--batch", "2", "--steps",
+          "2", "--checkpoint-every", "2", "--save", ck);
+    CHECK(res.status == 0, "first run: %d %.300s", res.status, res.err);
+    TRAIN(GPT2, "--data", alias, "--seq-len", "32", "--batch", "2",
+          "--steps", "3", "--resume", ck, "--save", out);
+    CHECK(res.status == 0, "the same file by another path: %d %.300s",
+          res.status, res.err);
+    text[100] = text[100] == 'x' ? 'y' : 'x';
+    CHECK(write_text(txt, text), "writing %s", txt);
+    FAILS(2, "--data (its content)", GPT2, "--data", txt, "--seq-len", "32",
+          "--batch", "2", "--steps", "3", "--resume", ck, "--save", out);
 }
 
 /* Kills at random moments of a run that saves after every step: whatever
@@ -504,6 +579,8 @@ int main(int argc, char **argv) {
     TEST_RUN(test_pytorch_takes_checkpoints);
     TEST_RUN(test_resume_refusals);
     TEST_RUN(test_kill_mid_save);
+    TEST_RUN(test_json_log_across_resume);
+    TEST_RUN(test_resume_data_by_content);
     TEST_RUN(test_kill_at_random);
     TEST_RUN(test_host_memory_mid_run);
     cli_cleanup();

@@ -4,8 +4,10 @@
  * refused or accepted without a crash or a bad read. */
 #include "delta/safetensors.h"
 
+#include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -22,6 +24,21 @@ static const char *tmp_path(const char *name) {
 static bool file_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+/* How many save temporaries of path (path.delta-XXXXXX.tmp) are in
+ * tmpdir. */
+static int temps_of(const char *path) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "%s.delta-", base);
+    DIR *d = opendir(tmpdir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        n += !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d) closedir(d);
+    return n;
 }
 
 /* Reads a whole file into malloc'd memory; *len gets its size. */
@@ -96,9 +113,7 @@ static void test_round_trip(void) {
     delta_status st = delta_st_write(path, e, 6, meta, 2, err, sizeof err);
     CHECK(st == DELTA_OK, "write: %s", err);
     CHECK(err[0] == '\0', "message not cleared on success: %s", err);
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    CHECK(!file_exists(tmp), "temp file left behind");
+    CHECK(temps_of(path) == 0, "temp file left behind");
 
     delta_st_file *f = delta_st_open(path, &st, err, sizeof err);
     CHECK(f && st == DELTA_OK, "open: %s", err);
@@ -530,8 +545,8 @@ static void test_open_errors(void) {
 /* A save that fails at any stage (the test hook DELTA_TEST_SAVE_FAIL
  * makes each one fail as with EIO) leaves the previous file as it was and
  * no temporary; a failed directory sync comes after the rename, so the new
- * file is in place and the message says what is at risk. A stale
- * temporary, even a link planted at its name, is replaced, not followed. */
+ * file is in place and the message says what is at risk. A file or a link
+ * at path.tmp is the user's: neither followed nor removed. */
 static void test_write_failure_keeps_previous(void) {
     char path[300], tmp[320], victim[300];
     snprintf(path, sizeof path, "%s/atomic.safetensors", tmpdir);
@@ -558,7 +573,8 @@ static void test_write_failure_keeps_previous(void) {
               "failing at %s: status %d, '%s'", stages[i], st, err);
         CHECK(after && n1 == n0 && !memcmp(before, after, n0),
               "failing at %s changed the previous file", stages[i]);
-        CHECK(!file_exists(tmp), "failing at %s left %s", stages[i], tmp);
+        CHECK(temps_of(path) == 0, "failing at %s left a temporary",
+              stages[i]);
         free(after);
     }
     setenv("DELTA_TEST_SAVE_FAIL", "dirsync", 1);
@@ -579,12 +595,15 @@ static void test_write_failure_keeps_previous(void) {
     }
     CHECK(symlink(victim, tmp) == 0, "symlink");
     CHECK(delta_st_write(path, &eo, 1, NULL, 0, err, sizeof err) == DELTA_OK,
-          "over a stale temporary: %s", err);
+          "beside a link at path.tmp: %s", err);
     size_t nv = 0;
     unsigned char *vb = read_all(victim, &nv);
     CHECK(vb && nv == 7 && !memcmp(vb, "keep me", 7),
-          "the link at the temporary's name was followed");
-    CHECK(!file_exists(tmp), "%s left behind", tmp);
+          "the link at path.tmp was followed");
+    struct stat lb;
+    CHECK(lstat(tmp, &lb) == 0 && S_ISLNK(lb.st_mode),
+          "the user's %s was removed", tmp);
+    unlink(tmp);
     free(vb);
     free(before);
     unlink(victim);
@@ -601,10 +620,115 @@ static void test_write_missing_dir(void) {
           DELTA_ERR_IO, "status not io: %s", err);
     CHECK(strstr(err, "No such file or directory") && strstr(err, ".tmp"),
           "%s", err);
-    char tmp[320];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    CHECK(!file_exists(tmp) && !file_exists(path),
-          "temp file or file left behind");
+    CHECK(!file_exists(path), "file left behind");
+}
+
+/* Defect 1: a save replaces only a regular file. A FIFO (standing for
+ * /dev/full and the other files only root may write), a link to one and a
+ * folder are refused before anything is written and stay what they were;
+ * a link to a regular file keeps being a link, to the new contents; the
+ * temporary's name is unique, so the user's path.tmp is left alone. */
+static void test_write_only_regular_files(void) {
+    char fifo[300], link[300], target[300], via[300], mine[320];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
+    snprintf(link, sizeof link, "%s/to-fifo", tmpdir);
+    snprintf(target, sizeof target, "%s/target.safetensors", tmpdir);
+    snprintf(via, sizeof via, "%s/via.safetensors", tmpdir);
+    snprintf(mine, sizeof mine, "%s.tmp", target);
+    float v[2] = {5, 6};
+    delta_st_entry e = {"v", "F32", 1, {2}, v};
+    char err[512] = "";
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    CHECK(symlink(fifo, link) == 0, "symlink");
+    const char *bad[] = {fifo, link, tmpdir};
+    const char *what[] = {"a FIFO", "a FIFO", "a folder"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(delta_st_write(bad[i], &e, 1, NULL, 0, err, sizeof err) ==
+                  DELTA_ERR_INVALID_ARG && strstr(err, what[i]) &&
+                  strstr(err, "not a regular file"),
+              "%s: '%s'", bad[i], err);
+        CHECK(temps_of(bad[i]) == 0, "%s: a temporary was made", bad[i]);
+    }
+    struct stat sb;
+    CHECK(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "FIFO replaced");
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "link replaced");
+
+    FILE *f = fopen(mine, "wb");
+    if (f) {
+        fputs("mine", f);
+        fclose(f);
+    }
+    CHECK(delta_st_write(target, &e, 1, NULL, 0, err, sizeof err) ==
+              DELTA_OK, "%s", err);
+    CHECK(symlink(target, via) == 0, "symlink");
+    float w[2] = {7, 8};
+    delta_st_entry e2 = {"v", "F32", 1, {2}, w};
+    CHECK(delta_st_write(via, &e2, 1, NULL, 0, err, sizeof err) == DELTA_OK,
+          "through a link: %s", err);
+    CHECK(lstat(via, &sb) == 0 && S_ISLNK(sb.st_mode),
+          "the link was replaced by a file");
+    delta_st_file *rf = delta_st_open(target, NULL, err, sizeof err);
+    const delta_st_tensor *t = rf ? delta_st_find(rf, "v") : NULL;
+    CHECK(t && ((const float *)t->data)[0] == 7, "the link's target was "
+          "not written");
+    delta_st_close(rf);
+    size_t n = 0;
+    unsigned char *b = read_all(mine, &n);
+    CHECK(b && n == 4 && !memcmp(b, "mine", 4), "the user's %s changed",
+          mine);
+    free(b);
+    unlink(mine);
+    unlink(via);
+    unlink(target);
+    unlink(link);
+    unlink(fifo);
+}
+
+/* Defect 2: processes saving to one path at once each leave one whole
+ * file: whatever the interleaving, the path opens and holds one writer's
+ * tensors, and no temporary is left. */
+static void test_concurrent_saves(void) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/both.safetensors", tmpdir);
+    enum { N = 1 << 16, ROUNDS = 20, WRITERS = 3 };
+    pid_t pids[WRITERS];
+    fflush(stdout);
+    fflush(stderr);
+    for (int w = 0; w < WRITERS; w++) {
+        pids[w] = fork();
+        if (pids[w] == 0) {
+            float *v = malloc((size_t)(N + w) * sizeof *v);
+            if (!v) _exit(2);
+            for (int i = 0; i < N + w; i++) v[i] = (float)w;
+            delta_st_entry e = {"v", "F32", 1, {N + w}, v};
+            char err[512];
+            for (int r = 0; r < ROUNDS; r++)
+                if (delta_st_write(path, &e, 1, NULL, 0, err, sizeof err) !=
+                    DELTA_OK)
+                    _exit(1);
+            _exit(0);
+        }
+    }
+    for (int w = 0; w < WRITERS; w++) {
+        int ws = 0;
+        CHECK(pids[w] > 0 && waitpid(pids[w], &ws, 0) == pids[w] &&
+                  WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+              "writer %d failed a save (status %d)", w, ws);
+    }
+    char err[512];
+    delta_st_file *f = delta_st_open(path, NULL, err, sizeof err);
+    CHECK(f, "torn: %s", err);
+    const delta_st_tensor *t = f ? delta_st_find(f, "v") : NULL;
+    if (t) {
+        int w = (int)(t->numel - N);
+        bool same = w >= 0 && w < WRITERS;
+        for (int64_t i = 0; same && i < t->numel; i++)
+            same = ((const float *)t->data)[i] == (float)w;
+        CHECK(same, "a mix of writers' data");
+    }
+    delta_st_close(f);
+    CHECK(temps_of(path) == 0, "temporaries left");
+    unlink(path);
 }
 
 static void test_write_rejects_bad_entries(void) {
@@ -792,6 +916,8 @@ int main(void) {
     TEST_RUN(test_open_errors);
     TEST_RUN(test_write_missing_dir);
     TEST_RUN(test_write_failure_keeps_previous);
+    TEST_RUN(test_write_only_regular_files);
+    TEST_RUN(test_concurrent_saves);
     TEST_RUN(test_write_rejects_bad_entries);
     TEST_RUN(test_truncated_sweep);
     TEST_RUN(test_random_mutations);

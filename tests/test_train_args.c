@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "progress.h"
 #include "test.h"
 #include "trainer.h"
 
@@ -82,8 +83,29 @@ static void test_parse_values(void) {
         CHECK(parse(&c, bad[i]) == 2, "bad case %zu", i);
 }
 
+/* Defect 9: the rate on the last line of a run is over its recent steps,
+ * not dragged down by a slow first step (an average seeded by it showed
+ * 931 tokens/s where the run did 6568). */
+static void test_progress_rate_recent(void) {
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    CHECK(f, "fmemopen");
+    if (!f) return;
+    progress p;
+    progress_init(&p, PROGRESS_LINES, f, 6, "samples", 100, false, 0);
+    for (int64_t step = 1; step <= 6; step++) {
+        delta_step_stats s = {.step_s = step == 1 ? 10.0 : 0.1};
+        progress_step(&p, step, 1.0, &s);
+    }
+    fclose(f);
+    const char *last = strstr(buf, "step 6/6");
+    CHECK(last && strstr(last, " 1000 samples/s"), "last line: %s",
+          last ? last : buf);
+}
+
 int main(void) {
     TEST_RUN(test_parse_twice_after_cluster);
     TEST_RUN(test_parse_values);
+    TEST_RUN(test_progress_rate_recent);
     TEST_MAIN_END();
 }

@@ -18,6 +18,7 @@
 
 #include "bench.h"
 #include "gnuplot.h"
+#include "outfile.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -69,7 +70,9 @@ static bool write_step_memory(const char *in, const char *out,
         if (named(e, "ph", "i") && named(e, "cat", "step"))
             start = num(e, "ts");
     }
-    FILE *f = isnan(start) ? NULL : fopen(out, "w");
+    char err[1024];
+    FILE *f = isnan(start) ? NULL
+                           : outfile_open("--out", out, "w", err, sizeof err);
     int points = 0;
     if (f) {
         fprintf(f, "# ms_into_step device_MiB_in_use\n");
@@ -104,8 +107,12 @@ static double budget_pct(const bench *b, const bench_model *bm, int k) {
  * with a point. */
 static bool overhead_data(const bench *b, const bench_model *bm,
                           const char *path, FILE *gp, int *clauses) {
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
+    char err[1024];
+    FILE *f = outfile_open("--out", path, "w", err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "delta bench: %s\n", err);
+        return false;
+    }
     fprintf(f, "budget_pct");
     for (int p = 0; p < b->n_policies; p++) fprintf(f, " %s", b->policies[p]);
     fputc('\n', f);
@@ -144,8 +151,12 @@ static bool overhead_data(const bench *b, const bench_model *bm,
 
 /* Writes the script; *n_png counts the PNGs it makes. */
 static bool write_script(const bench *b, const char *gp_path, int *n_png) {
-    FILE *gp = fopen(gp_path, "w");
-    if (!gp) return false;
+    char err[1024];
+    FILE *gp = outfile_open("--out", gp_path, "w", err, sizeof err);
+    if (!gp) {
+        fprintf(stderr, "delta bench: %s\n", err);
+        return false;
+    }
     gnuplot_preamble(gp, "delta bench's plots");
     bool ok = true;
     char path[4096], trace[4096], label[256];

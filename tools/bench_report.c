@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "outfile.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -82,8 +83,12 @@ static void csv_row(FILE *f, const bench *b, const bench_model *bm,
 }
 
 static bool write_csv(const bench *b, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
+    char err[1024];
+    FILE *f = outfile_open("--out", path, "w", err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "delta bench: %s\n", err);
+        return false;
+    }
     fputs("model,backend,gpu,batch,seq_len,policy,budget,budget_bytes,"
           "status,steps,median_step_s,overhead,samples_per_s,peak_bytes,"
           "baseline_peak_bytes,swap_out_bytes_per_step,"
@@ -156,8 +161,12 @@ static void md_model(FILE *f, const bench *b, const bench_model *bm) {
 }
 
 static bool write_md(const bench *b, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
+    char err[1024];
+    FILE *f = outfile_open("--out", path, "w", err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "delta bench: %s\n", err);
+        return false;
+    }
     fprintf(f, "# delta bench\n\nOverhead = median step over the steps "
             "after the first third (%" PRId64 " steps per cell) / keep's "
             "median step with an unlimited budget. \"refused\": the budget "

@@ -40,32 +40,6 @@ static const char *shape_str(const int64_t *shape, int ndim, char *buf,
 
 /* ---- save ----------------------------------------------------------------- */
 
-delta_status checkpoint_probe(const char *path, char *err, size_t err_len) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, err_len, "--save %s is a directory; give a file name "
-                 "(e.g. %s/model.safetensors)", path, path);
-        return DELTA_ERR_IO;
-    }
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        snprintf(err, err_len, "--save: the path is too long");
-        return DELTA_ERR_INVALID_ARG;
-    }
-    /* a stale temporary of a killed run is the save's to replace */
-    int fd = -1;
-    if (unlink(tmp) == 0 || errno == ENOENT)
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        snprintf(err, err_len, "--save %s: cannot create files there: %s",
-                 path, strerror(errno));
-        return DELTA_ERR_IO;
-    }
-    close(fd);
-    unlink(tmp);
-    return DELTA_OK;
-}
-
 /* Reads t out of the session into a new buffer (*buf, freed by the caller)
  * and describes it as entry e under name. */
 static delta_status read_entry(const char *path, delta_session *s,

@@ -44,11 +44,6 @@ delta_status checkpoint_save(const char *path, delta_session *s,
                              const checkpoint_extra *extra, char *err,
                              size_t err_len);
 
-/* Whether path can be saved to, found by creating (and removing) the
- * temporary a save writes first, so that a bad --save is refused before
- * training, even for root, whom access() lets write anywhere. */
-delta_status checkpoint_probe(const char *path, char *err, size_t err_len);
-
 /* Reads path, checks that it holds every model tensor with dtype F32 and
  * the model's shape, and writes them into the session. Each missing or
  * mismatched tensor is named on diag (NULL: not printed) and makes the

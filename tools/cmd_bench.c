@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "delta/delta.h"
 #include "gnuplot.h"
+#include "outfile.h"
 #include "progress.h"
 #include "train_args.h"
 
@@ -242,6 +243,52 @@ static int setup_models(bench *b) {
     return -1;
 }
 
+/* Every file bench writes into --out may only replace a regular file or be
+ * created (outfile.h): checked before the grid runs. 2 and a message when
+ * one may not. */
+static int check_outputs(const bench *b) {
+    char err[1024], path[4096];
+    static const char *const dirs[] = {"", "/data", "/traces"};
+    static const char *const files[] = {"/results.csv", "/results.md",
+                                        "/plots.gp"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s%s", b->out, dirs[k]);
+        if (outfile_check_dir("--out", path, err, sizeof err) != DELTA_OK)
+            goto refused;
+    }
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof path, "%s%s", b->out, files[k]);
+        if (outfile_check("--out", path, err, sizeof err) != DELTA_OK)
+            goto refused;
+    }
+    for (int i = 0; i < b->n_models; i++) {
+        const char *name = b->m[i].name;
+        static const char *const per_model[] = {
+            "%s/overhead_%s.png", "%s/memory_%s.png",
+            "%s/data/overhead_%s.dat"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(path, sizeof path, per_model[k], b->out, name);
+            if (outfile_check("--out", path, err, sizeof err) != DELTA_OK)
+                goto refused;
+        }
+        for (int p = 0; p <= b->n_policies; p++) {
+            const char *pol = p == b->n_policies ? "keep-unlimited"
+                                                 : b->policies[p];
+            snprintf(path, sizeof path, "%s/data/memory_%s_%s.dat", b->out,
+                     name, pol);
+            if (outfile_check("--out", path, err, sizeof err) != DELTA_OK)
+                goto refused;
+            bench_trace_path(b, i, p, path, sizeof path);
+            if (outfile_check("--out", path, err, sizeof err) != DELTA_OK)
+                goto refused;
+        }
+    }
+    return -1;
+refused:
+    fprintf(stderr, "delta bench: %s\n", err);
+    return 2;
+}
+
 static int make_dir(const char *path) {
     if (mkdir(path, 0777) == 0 || errno == EEXIST) return 0;
     fprintf(stderr, "delta bench: cannot create %s: %s\n", path,
@@ -368,6 +415,7 @@ int cmd_bench(int argc, char **argv) {
     if (!b) return 1;
     int rc = parse(b, argc, argv);
     if (rc < 0) rc = setup_models(b);
+    if (rc < 0) rc = check_outputs(b);
     if (rc < 0) {
         char traces[4096];
         snprintf(traces, sizeof traces, "%s/traces", b->out);

@@ -29,6 +29,7 @@
 #include "delta/delta.h"
 #include "gnuplot.h"
 #include "json_log.h"
+#include "outfile.h"
 #include "maxbatch.h"
 #include "parse.h"
 #include "progress.h"
@@ -265,6 +266,20 @@ failed:
 /* Checks the model options and sizes the device, through a dry plan of
  * batch 1 (bad input is reported before any search). */
 static int check_setup(maxbatch *m) {
+    /* its own outputs: only a regular file is replaced, before any work */
+    char err[1024], dat[4200], gp[4200];
+    delta_status ost = DELTA_OK;
+    if (m->json) ost = outfile_check("--json", m->json, err, sizeof err);
+    if (ost == DELTA_OK && m->plot) {
+        maxbatch_plot_files(m->plot, dat, gp, sizeof dat);
+        ost = outfile_check("--plot", m->plot, err, sizeof err);
+        if (ost == DELTA_OK) ost = outfile_check("--plot", dat, err, sizeof err);
+        if (ost == DELTA_OK) ost = outfile_check("--plot", gp, err, sizeof err);
+    }
+    if (ost != DELTA_OK) {
+        fprintf(stderr, "delta maxbatch: %s\n", err);
+        return 2;
+    }
     train_config c = m->cfg;
     c.model.batch = 1;
     c.plan_only = true;
@@ -298,7 +313,7 @@ int cmd_maxbatch(int argc, char **argv) {
     if (rc < 0) rc = check_setup(m);
     if (rc < 0 && m->json) {
         char err[512];
-        json = json_log_open(m->json, err, sizeof err);
+        json = json_log_open(m->json, false, err, sizeof err);
         if (!json) {
             fprintf(stderr, "delta maxbatch: %s\n", err);
             rc = 2;

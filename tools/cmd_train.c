@@ -15,6 +15,8 @@
 #include "trainer.h"
 
 /* Largest value of a size override (the models' own cap is 2^30). */
+/* The slowest --link-bw taken, GB/s (0 aside: unthrottled). */
+#define LINK_MIN_GBPS 0.01
 #define MAX_DIM ((int64_t)1 << 30)
 
 static void usage(FILE *f) {
@@ -79,7 +81,8 @@ static void usage(FILE *f) {
 "                       tensor stays, so the budget must hold the whole\n"
 "                       peak), or a peer: swap (vDNN), checkpoint (sqrt n),\n"
 "                       dtr, capuchin, autoswap (docs/POLICIES.md)\n"
-"  --link-bw GB/s       cpu: emulated host link, 0 = unthrottled. Default:\n"
+"  --link-bw GB/s       cpu: emulated host link, 0 = unthrottled, else at\n"
+"                       least 0.01 (10 MB/s). Default:\n"
 "                       unthrottled with an unlimited budget, else the\n"
 "                       backend's default (1 byte per 1,000 GEMM flops)\n"
 "  --threads N          CPU threads (default: all cores)\n"
@@ -391,6 +394,12 @@ static int parse_args(int argc, char **argv, train_config *c,
         case OPT_LINK_BW:
             if (!parse_f64(opt, a, 0, 1e6, &c->link_gbps, err, sizeof err))
                 return usage_error("%s", err);
+            /* slower links make a step take hours (1e-6: never ends),
+             * and rates that round to 0 bytes/s ran unthrottled */
+            if (c->link_gbps > 0 && c->link_gbps < LINK_MIN_GBPS)
+                return usage_error("%s %s: a link must move at least %g "
+                                   "GB/s (10 MB/s); 0 means unthrottled",
+                                   opt, a, LINK_MIN_GBPS);
             c->link_set = true;
             break;
         case OPT_TRACE: c->trace = a; break;
@@ -520,8 +529,9 @@ int cmd_plan(int argc, char **argv) {
     delta_status st = trainer_setup(&t, &c);
     if (st == DELTA_OK) st = trainer_print_plan(&t);
     if (st != DELTA_OK) fprintf(stderr, "delta plan: %s\n", t.err);
+    rc = trainer_exit(&t, st);
     trainer_free(&t);
-    return trainer_exit_code(st);
+    return rc;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -542,6 +552,7 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "delta train: %s\n", t.err);
         if (st == DELTA_OK) st = tst;
     }
+    int rc2 = trainer_exit(&t, st);
     trainer_free(&t);
-    return trainer_exit_code(st);
+    return rc2;
 }

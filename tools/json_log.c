@@ -1,11 +1,15 @@
 /* The --json log (see json_log.h). */
 #include "json_log.h"
 
+#include "outfile.h"
+
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 struct json_log {
@@ -14,13 +18,12 @@ struct json_log {
     int write_errno;  /* first write error, 0 if none */
 };
 
-json_log *json_log_open(const char *path, char *err, size_t err_len) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, err_len, "cannot create the JSON log %s: %s", path,
-                 strerror(errno));
-        return NULL;
-    }
+json_log *json_log_open(const char *path, bool append, char *err,
+                        size_t err_len) {
+    FILE *f = outfile_open("--json", path, append ? "a" : "w", err, err_len);
+    if (!f) return NULL;
+    /* whole lines only: a killed run leaves no half line */
+    setvbuf(f, NULL, _IOLBF, 0);
     json_log *l = calloc(1, sizeof *l);
     char *p = strdup(path);
     if (!l || !p) {
@@ -98,6 +101,40 @@ bool json_log_step(json_log *l, int64_t step, double loss,
     bool ok = json_log_write(l, o);
     cJSON_Delete(o);
     return ok;
+}
+
+bool json_log_resume(json_log *l, int64_t step, char *err, size_t err_len) {
+    if (!l) return true;
+    FILE *in = fopen(l->path, "rb");
+    if (!in) {
+        snprintf(err, err_len, "--json %s: cannot read it to resume: %s",
+                 l->path, strerror(errno));
+        return false;
+    }
+    /* the offset after the last whole line of a step up to `step`; the
+     * lines are in step order, so the first one past it ends the scan */
+    long keep = 0, at = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        at += (long)n;
+        if (line[n - 1] != '\n') break;
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "step");
+        bool kept = cJSON_IsNumber(s) && s->valuedouble <= (double)step;
+        cJSON_Delete(o);
+        if (!kept) break;
+        keep = at;
+    }
+    free(line);
+    fclose(in);
+    if (fflush(l->f) != 0 || ftruncate(fileno(l->f), (off_t)keep) != 0) {
+        snprintf(err, err_len, "--json %s: cannot cut it back to step %"
+                 PRId64 ": %s", l->path, step, strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 bool json_log_close(json_log *l, char *err, size_t err_len) {

@@ -23,8 +23,18 @@
 
 typedef struct json_log json_log;
 
-/* Creates (truncates) path. NULL with a message in err on failure. */
-json_log *json_log_open(const char *path, char *err, size_t err_len);
+/* Creates (truncates) path, or with append opens it to add lines (a
+ * resumed run; then json_log_resume). Lines are written whole (line
+ * buffered), so a killed run leaves whole lines. NULL with a message in
+ * err on failure. */
+json_log *json_log_open(const char *path, bool append, char *err,
+                        size_t err_len);
+
+/* A run resumed at `step`: cuts the log back to its lines of steps up to
+ * `step` (what the killed run logged after its checkpoint, its summary and
+ * a half line go), so the resumed run's lines follow them and the file
+ * reads as one run's. false with a message in err on failure. */
+bool json_log_resume(json_log *l, int64_t step, char *err, size_t err_len);
 
 /* Writes obj as one line; obj stays the caller's. */
 bool json_log_write(json_log *l, const cJSON *obj);

@@ -66,4 +66,8 @@ int maxbatch_write_json(const maxbatch *m, json_log *l, search *const *res,
  * gnuplot is a warning. */
 bool maxbatch_write_plot(const maxbatch *m, search *const *res, int n);
 
+/* --plot FILE[.png]'s data and script paths: FILE.dat, FILE.gp. */
+void maxbatch_plot_files(const char *plot, char *dat, char *gp_path,
+                         size_t n);
+
 #endif

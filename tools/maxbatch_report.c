@@ -9,6 +9,7 @@
 #include "delta/delta.h"
 #include "gnuplot.h"
 #include "maxbatch.h"
+#include "outfile.h"
 
 static double ratio_to_keep(const search *s, const search *keep) {
     if (s->status == CELL_FAILED || !keep->max_batch) return NAN;
@@ -153,8 +154,9 @@ static int cmp_probe_batch(const void *a, const void *b) {
  * the probes that fit, by batch; *n_blocks counts them, which[] says
  * whose they are. */
 static bool write_plot_data(const char *path, search *const *res, int n,
-                            int *which, int *n_blocks) {
-    FILE *f = fopen(path, "w");
+                            int *which, int *n_blocks, char *err,
+                            size_t err_len) {
+    FILE *f = outfile_open("--plot", path, "w", err, err_len);
     if (!f) return false;
     *n_blocks = 0;
     for (int i = 0; i < n; i++) {
@@ -176,20 +178,30 @@ static bool write_plot_data(const char *path, search *const *res, int n,
     return fclose(f) == 0 && ok;
 }
 
+void maxbatch_plot_files(const char *plot, char *dat, char *gp_path,
+                         size_t n) {
+    size_t len = strlen(plot);
+    int base = (int)(len > 4 && !strcmp(plot + len - 4, ".png") ? len - 4
+                                                                : len);
+    snprintf(dat, n, "%.*s.dat", base, plot);
+    snprintf(gp_path, n, "%.*s.gp", base, plot);
+}
+
 bool maxbatch_write_plot(const maxbatch *m, search *const *res, int n) {
-    char base[4096], dat[4200], gp_path[4200], dev[32];
-    size_t len = strlen(m->plot);
-    bool png = len > 4 && !strcmp(m->plot + len - 4, ".png");
-    snprintf(base, sizeof base, "%.*s", (int)(png ? len - 4 : len), m->plot);
-    snprintf(dat, sizeof dat, "%s.dat", base);
-    snprintf(gp_path, sizeof gp_path, "%s.gp", base);
+    char dat[4200], gp_path[4200], dev[32], err[1024] = "";
+    maxbatch_plot_files(m->plot, dat, gp_path, sizeof dat);
     int which[MAXBATCH_MAX_POLICIES], blocks = 0;
     FILE *gp = NULL;
-    bool ok = write_plot_data(dat, res, n, which, &blocks) &&
-              (gp = fopen(gp_path, "w")) != NULL;
+    bool ok = write_plot_data(dat, res, n, which, &blocks, err,
+                              sizeof err) &&
+              (gp = outfile_open("--plot", gp_path, "w", err,
+                                 sizeof err)) != NULL;
     if (!ok) {
-        fprintf(stderr, "delta maxbatch: --plot: cannot write %s\n",
-                gp ? gp_path : dat);
+        if (err[0])
+            fprintf(stderr, "delta maxbatch: %s\n", err);
+        else
+            fprintf(stderr, "delta maxbatch: --plot: cannot write %s\n",
+                    dat);
         return false;
     }
     const train_config *c = &m->cfg;

@@ -79,7 +79,12 @@ static void format_status(const progress *p, int64_t step, double loss,
         snprintf(lossbuf, sizeof lossbuf, "%s", p->simulated ? "-" : "nan");
     else
         snprintf(lossbuf, sizeof lossbuf, "%.4f", loss);
-    double r = p->ema_step_s > 0 ? p->units_per_step / p->ema_step_s : 0;
+    double units = 0, secs = 0;
+    for (int i = 0; i < p->win_n; i++) {
+        units += p->win_units[i];
+        secs += p->win_s[i];
+    }
+    double r = secs > 0 ? units / secs : 0;
     snprintf(rate, sizeof rate, "%.0f %s/s%s", r, p->unit,
              p->simulated ? " (simulated)" : "");
     snprintf(buf, n, "step %lld/%lld  loss %s  %s  mem %s", (long long)step,
@@ -88,9 +93,15 @@ static void format_status(const progress *p, int64_t step, double loss,
 
 void progress_step(progress *p, int64_t step, double loss,
                    const delta_step_stats *s) {
-    /* Smoothed over about ten steps; the first step (warm-up) only seeds. */
-    p->ema_step_s = p->ema_step_s > 0 ? 0.9 * p->ema_step_s + 0.1 * s->step_s
-                                      : s->step_s;
+    /* The last PROGRESS_WINDOW steps; the first (warm-up: programs
+     * planned, pages touched) leaves as soon as another step comes, or it
+     * would hold the rate down for the whole window. */
+    if (p->win_warmup) p->win_n = p->win_next = 0;
+    p->win_warmup = p->reported++ == 0;
+    p->win_s[p->win_next] = s->step_s;
+    p->win_units[p->win_next] = p->units_per_step;
+    p->win_next = (p->win_next + 1) % PROGRESS_WINDOW;
+    if (p->win_n < PROGRESS_WINDOW) p->win_n++;
     bool last = step >= p->steps;
     char line[320];
     switch (p->mode) {

@@ -1,7 +1,8 @@
 /* Training progress on stderr: a one-line bar redrawn in place with \r on a
  * terminal, plain lines (about every 10% of the steps, and the last) when
  * stderr is a file or a pipe, or nothing (--quiet). Each report shows the
- * step, the loss, the throughput (samples/s or tokens/s), the step's device
+ * step, the loss, the throughput (samples/s or tokens/s over the last
+ * PROGRESS_WINDOW steps, as tqdm shows a recent rate), the step's device
  * memory peak (the arena's high-water mark) against the budget, and, only
  * when the step had any, its swapped bytes, recomputed ops and stall. */
 #ifndef DELTA_TOOLS_PROGRESS_H
@@ -20,6 +21,8 @@ typedef enum progress_mode {
     PROGRESS_LINES,  /* a file or pipe: a line every ~10% */
 } progress_mode;
 
+#define PROGRESS_WINDOW 10
+
 typedef struct progress {
     progress_mode mode;
     FILE *out;
@@ -29,7 +32,13 @@ typedef struct progress {
     double units_per_step;  /* batch or batch * T */
     bool simulated;         /* sim: times are simulated, there is no loss */
     size_t budget_bytes;    /* 0: unlimited (no "of budget" shown) */
-    double ema_step_s;      /* smoothed step time (0 before the first) */
+    /* The rate shown is over the last PROGRESS_WINDOW steps (tqdm-like),
+     * the first (warm-up) step only until a second one comes: */
+    double win_s[PROGRESS_WINDOW];      /* their step times */
+    double win_units[PROGRESS_WINDOW];  /* and samples or tokens */
+    int win_n, win_next;
+    bool win_warmup;        /* the window holds the first step */
+    int64_t reported;       /* steps reported so far */
     double last_draw;       /* wall clock of the last redraw */
     double t0;              /* wall clock at progress_init */
     int drawn;              /* characters of the bar last drawn */

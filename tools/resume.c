@@ -1,6 +1,8 @@
 /* Training checkpoints and --resume (see resume.h). */
 #include "resume.h"
 
+#include "core/rng.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,7 +14,7 @@
 
 #define OPT_PREFIX "optimizer."
 /* Settings compared on resume, and metadata entries a checkpoint adds. */
-#define MAX_FIELDS 24
+#define MAX_FIELDS 32
 /* Differences and missing tensors listed before "... and N more". */
 #define MAX_LISTED 20
 
@@ -68,6 +70,7 @@ typedef struct field {
     const char *key, *option;
     char value[256];
     bool model;
+    bool described;  /* compared only with a file that lacks data_id */
 } field;
 
 static int add_i64(field *f, int n, const char *key, const char *option,
@@ -92,8 +95,44 @@ static int add_f64(field *f, int n, const char *key, const char *option,
     return n + 1;
 }
 
+/* What the data is, by content, not by path (`--data ./notes.txt` and
+ * `--data notes.txt` are one file; another file of that name is not):
+ * its sample count and a 64-bit hash of every sample's input and target,
+ * as the dataset hands them out, into t->data_id (once per run). Synthetic
+ * data is a function of its description, which names no path. */
+static const char *data_identity(trainer *t) {
+    if (t->data_id[0]) return t->data_id;
+    if (!t->data || t->synthetic) {
+        snprintf(t->data_id, sizeof t->data_id, "%s",
+                 t->data ? delta_dataset_name(t->data) : "none");
+        return t->data_id;
+    }
+    delta_data_info in = delta_dataset_info(t->data);
+    size_t in_bytes = (size_t)in.input_numel * 4;
+    size_t tg_bytes = (size_t)in.target_numel * 4;
+    unsigned char *buf = malloc(in_bytes + tg_bytes + 8);
+    uint64_t h = delta_mix64((uint64_t)in.len);
+    for (int64_t i = 0; buf && i < in.len; i++) {
+        /* seed and epoch 0: only masked LM draws from them (its masks),
+         * and the hash is of the data, not of a draw */
+        delta_dataset_get(t->data, i, 0, 0, buf,
+                          (int32_t *)(void *)(buf + in_bytes), NULL);
+        size_t n = in_bytes + tg_bytes, k = 0;
+        for (; k + 8 <= n; k += 8) {
+            uint64_t w;
+            memcpy(&w, buf + k, 8);
+            h = delta_mix64(h ^ w);
+        }
+        for (; k < n; k++) h = delta_mix64(h ^ buf[k]);
+    }
+    free(buf);
+    snprintf(t->data_id, sizeof t->data_id, "%" PRId64 " samples, content "
+             "hash %016" PRIx64, in.len, h);
+    return t->data_id;
+}
+
 /* The run's settings that decide the values it computes. */
-static int run_fields(const trainer *t, field *f) {
+static int run_fields(trainer *t, field *f) {
     const train_config *c = &t->cfg;
     const delta_model_config *m = &t->shapes[0].model.cfg;
     int n = 0;
@@ -125,8 +164,11 @@ static int run_fields(const trainer *t, field *f) {
         snprintf(range, sizeof range, "%" PRId64 ":%" PRId64, c->seq_len_min,
                  c->seq_len_max);
     n = add_str(f, n, "seq_len_range", "--seq-len-range", range);
+    /* the description, for people; data_id is what is compared */
     n = add_str(f, n, "data", "--data",
                 t->data ? delta_dataset_name(t->data) : "none");
+    f[n - 1].described = true;
+    n = add_str(f, n, "data_id", "--data (its content)", data_identity(t));
     DELTA_ASSERT(n <= MAX_FIELDS);
     return n;
 }
@@ -190,11 +232,14 @@ static bool meta_i64(const delta_st_file *f, const char *key, int64_t *v) {
 }
 
 /* Lists every setting that differs on stderr; returns how many. */
-static int compare_settings(const trainer *t, const delta_st_file *f) {
+static int compare_settings(trainer *t, const delta_st_file *f) {
     field cur[MAX_FIELDS];
     int nf = run_fields(t, cur), differ = 0;
     for (int i = 0; i < nf; i++) {
         const char *was = delta_st_metadata(f, cur[i].key);
+        /* files from before data_id: the data as described (path) */
+        if (cur[i].described && delta_st_metadata(f, "data_id")) continue;
+        if (!was && !strcmp(cur[i].key, "data_id")) continue;
         if (!was) was = cur[i].model ? "0" : "(none)";
         if (!strcmp(was, cur[i].value)) continue;
         if (differ++ < MAX_LISTED)

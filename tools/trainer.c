@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "outfile.h"
 #include "delta/cpu.h"
 #include "progress.h"
 #include "resume.h"
@@ -55,6 +56,18 @@ static void info(trainer *t, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', t->info);
     fflush(t->info);
+}
+
+/* st of writing an output (a save, the JSON log, the trace): a failure
+ * there is the run's, not its input's (exit 1, trainer_exit). */
+static delta_status wrote(trainer *t, delta_status st) {
+    if (st == DELTA_ERR_IO) t->output_failed = true;
+    return st;
+}
+
+int trainer_exit(const trainer *t, delta_status st) {
+    if (st != DELTA_OK && t->output_failed) return 1;
+    return trainer_exit_code(st);
 }
 
 int trainer_exit_code(delta_status st) {
@@ -453,7 +466,7 @@ static delta_status setup_backend(trainer *t) {
             return fail(t, delta_cuda_built() ? DELTA_ERR_STATE
                                               : DELTA_ERR_UNSUPPORTED,
                         "%s", sub);
-        info(t, "backend: cuda, device memory %s, link %.1f GB/s, "
+        info(t, "backend: cuda, device memory %s, link %.3g GB/s, "
              "convolutions on %s",
              delta_format_bytes(delta_backend_device_bytes(t->backend), b1,
                                 sizeof b1),
@@ -466,11 +479,11 @@ static delta_status setup_backend(trainer *t) {
                                   : t->budget_bytes ? -1.0 : 0.0;
         delta_cpu_backend_opts o = {.link_gbps = link, .link_latency_s = -1};
         t->backend = delta_backend_cpu_new(&o, sub, sizeof sub);
-        if (!t->backend) return fail(t, DELTA_ERR_STATE, "cpu backend: %s",
-                                     sub);
+        /* the backend's messages name it already ("cpu backend: ...") */
+        if (!t->backend) return fail(t, DELTA_ERR_STATE, "%s", sub);
         double bps = delta_backend_link_bps(t->backend);
         if (bps > 0)
-            info(t, "backend: cpu, %d threads, link %.1f GB/s",
+            info(t, "backend: cpu, %d threads, link %.3g GB/s",
                  delta_cpu_threads(), bps / 1e9);
         else
             info(t, "backend: cpu, %d threads, link unthrottled",
@@ -596,6 +609,30 @@ static delta_status use_shape(trainer *t, int64_t batch, int64_t seq_len) {
     return st;
 }
 
+/* Every file the run will write may replace only a regular file or be
+ * created (outfile.h), and --save's folder must take a new file: all
+ * refused now, before any work, rather than after training. A run that
+ * saves holds --save's lock from here on and clears the temporaries
+ * killed saves of that path left. */
+static delta_status check_outputs(trainer *t) {
+    const train_config *c = &t->cfg;
+    delta_status st = DELTA_OK;
+    if (c->json) st = outfile_check("--json", c->json, t->err, sizeof t->err);
+    if (st == DELTA_OK && c->trace)
+        st = outfile_check("--trace", c->trace, t->err, sizeof t->err);
+    if (st == DELTA_OK && c->save)
+        st = outfile_probe("--save", c->save, t->err, sizeof t->err);
+    if (st != DELTA_OK || !c->save || c->plan_only) return st;
+    t->save_lock = outfile_lock(c->save, t->err, sizeof t->err);
+    if (t->save_lock < 0) return DELTA_ERR_INVALID_ARG;
+    t->save_locked = true;
+    int stale = outfile_remove_stale_temps(c->save);
+    if (stale)
+        info(t, "removed %d temporar%s that a killed save of %s left", stale,
+             stale == 1 ? "y" : "ies", c->save);
+    return DELTA_OK;
+}
+
 delta_status trainer_setup(trainer *t, const train_config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
@@ -619,11 +656,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     delta_status st0 = resume_check_options(t);
     if (st0 != DELTA_OK) return st0;
 
-    /* Refuse an unwritable --save now rather than after training. */
-    if (c->save) {
-        delta_status sst = checkpoint_probe(c->save, t->err, sizeof t->err);
-        if (sst != DELTA_OK) return sst;
-    }
+    st0 = check_outputs(t);
+    if (st0 != DELTA_OK) return st0;
 
     /* The family decides the data: image_size is set for classifiers. */
     delta_model_config probe = {.name = c->model.name, .batch = 1}, pr;
@@ -679,7 +713,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
              t->lr);
 
     if (c->json) {
-        t->json = json_log_open(c->json, sub, sizeof sub);
+        /* a resumed run continues its log (json_log_resume below) */
+        t->json = json_log_open(c->json, c->resume != NULL, sub, sizeof sub);
         if (!t->json) return fail(t, DELTA_ERR_IO, "%s", sub);
     }
     if (c->plan_only) return DELTA_OK;
@@ -736,6 +771,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     if (c->resume) {
         st = resume_load(t);
         if (st != DELTA_OK) return st;
+        if (!json_log_resume(t->json, t->start_step, sub, sizeof sub))
+            return fail(t, DELTA_ERR_IO, "%s", sub);
         info(t, "resumed %s at step %" PRId64 "; training steps %" PRId64
              "..%" PRId64, c->resume, t->start_step, t->start_step + 1,
              c->steps);
@@ -868,11 +905,16 @@ delta_status trainer_train(trainer *t) {
         delta_step_stats s = {0};
         st = delta_session_run(t->session, DELTA_RUN_STEP, &s);
         if (st != DELTA_OK) {
+            /* the host store's cap is only worth raising when one was
+             * set; otherwise the host itself is out of memory */
             fail(t, st, "step %" PRId64 ": %s%s", first + i + 1,
                  delta_session_error(t->session),
-                 st == DELTA_ERR_NOMEM ? "; give the host store more "
-                 "(--host-memory) or the device a larger --budget, so that "
-                 "less is swapped" : "");
+                 st != DELTA_ERR_NOMEM ? ""
+                 : c->host_memory ? "; give the host store more "
+                   "(--host-memory) or the device a larger --budget, so "
+                   "that less is swapped"
+                 : "; the host is out of memory: free some, or give the "
+                   "device a larger --budget, so that less is swapped");
             break;
         }
         double loss = NAN;
@@ -901,7 +943,7 @@ delta_status trainer_train(trainer *t) {
             break;
         }
         if (resume_due(t, first + i + 1)) {
-            st = resume_save(t);
+            st = wrote(t, resume_save(t));
             if (st != DELTA_OK) break;
         }
     }
@@ -1012,7 +1054,8 @@ delta_status trainer_save(trainer *t) {
     /* a run with checkpoints (or resumed from one) ends with one too,
      * unless the last step's is already written */
     if (t->cfg.checkpoint_every || t->resumed) {
-        delta_status st = t->saved_step == step ? DELTA_OK : resume_save(t);
+        delta_status st =
+            t->saved_step == step ? DELTA_OK : wrote(t, resume_save(t));
         if (st == DELTA_OK)
             info(t, "saved %s (training checkpoint of step %" PRId64 "; "
                  "--resume continues it)", t->cfg.save, step);
@@ -1021,9 +1064,10 @@ delta_status trainer_save(trainer *t) {
     /* The current session's tensors (the same at every shape) under the
      * main shape's config (its seq_len, the longest, goes in the
      * metadata). */
-    delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
-                                      t->n_model_tensors, &t->shapes[0].model,
-                                      step, NULL, t->err, sizeof t->err);
+    delta_status st = wrote(
+        t, checkpoint_save(t->cfg.save, t->session, t->ctx,
+                           t->n_model_tensors, &t->shapes[0].model, step,
+                           NULL, t->err, sizeof t->err));
     if (st == DELTA_OK) info(t, "saved %s", t->cfg.save);
     return st;
 }
@@ -1190,7 +1234,7 @@ delta_status trainer_report(trainer *t) {
     char sub[512];
     ok = json_log_close(t->json, sub, sizeof sub) && ok;
     t->json = NULL;
-    if (!ok) return fail(t, DELTA_ERR_IO, "%s", sub);
+    if (!ok) return wrote(t, fail(t, DELTA_ERR_IO, "%s", sub));
     return DELTA_OK;
 }
 
@@ -1203,13 +1247,15 @@ delta_status trainer_close_trace(trainer *t) {
     delta_status st = delta_trace_close(t->trace, sub, sizeof sub);
     t->trace = NULL;
     if (st != DELTA_OK)
-        return fail(t, st, "--trace %s: %s", t->cfg.trace, sub);
+        return wrote(t, fail(t, st, "--trace %s: %s", t->cfg.trace, sub));
     info(t, "trace: %s", t->cfg.trace);
     return DELTA_OK;
 }
 
 void trainer_free(trainer *t) {
     if (!t) return;
+    if (t->save_locked) outfile_unlock(t->cfg.save, t->save_lock);
+    t->save_locked = false;
     if (t->json) {
         char sub[512];
         json_log_close(t->json, sub, sizeof sub);
@@ -1304,6 +1350,6 @@ delta_status trainer_print_plan(trainer *t) {
     cJSON_Delete(top);
     ok = json_log_close(t->json, sub, sizeof sub) && ok;
     t->json = NULL;
-    if (!ok) return fail(t, DELTA_ERR_IO, "--json: %s", sub);
+    if (!ok) return wrote(t, fail(t, DELTA_ERR_IO, "--json: %s", sub));
     return DELTA_OK;
 }

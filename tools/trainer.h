@@ -169,6 +169,11 @@ typedef struct trainer {
     int64_t saved_step;         /* step of the last checkpoint written; -1 */
     train_result result;
     json_log *json;
+    char data_id[96];           /* the data's content (resume.c); "" until
+                                   first needed */
+    bool save_locked;           /* holds cfg.save's lock (save_lock) */
+    int save_lock;              /* outfile_lock's descriptor */
+    bool output_failed;         /* writing an output failed: exit 1 */
     delta_trace *trace;         /* --trace; the session writes into it */
     FILE *info;                 /* informational lines (NULL when quiet) */
     /* Set by the caller after trainer_setup (cfg.steps entries, not
@@ -219,5 +224,9 @@ void trainer_free(trainer *t);
  * arguments, shapes, unreadable or malformed files, unsupported
  * requests), 1 for anything else. */
 int trainer_exit_code(delta_status st);
+
+/* The exit status of a run that ended with st: 1 when writing an output
+ * (a save, --json, --trace) failed, else trainer_exit_code(st). */
+int trainer_exit(const trainer *t, delta_status st);
 
 #endif

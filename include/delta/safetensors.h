@@ -57,13 +57,20 @@ const delta_st_tensor *delta_st_find(const delta_st_file *f, const char *name);
 const char *delta_st_metadata(const delta_st_file *f, const char *key);
 
 /* Writing: describe tensors, then write them in one call. Names must be
- * unique and non-empty. The file is written to path + ".tmp" (a stale one
- * from a killed run is replaced), flushed, fsync'd and renamed over path,
- * and path's directory is fsync'd, so a crash or a power cut leaves either
- * the previous file or the new one, never a torn file. On failure
- * (DELTA_ERR_IO) the temporary is removed and the previous file is
- * unchanged, except when only the final directory sync failed (the
- * message says so). Test hooks: docs/CHECKPOINTS.md. */
+ * unique and non-empty. The file is written to a temporary of a unique
+ * name in path's folder (path + ".delta-XXXXXX.tmp"; a file of the user's,
+ * path + ".tmp" included, is never touched), flushed, fsync'd and renamed
+ * over path, and path's folder is fsync'd, so a crash or a power cut
+ * leaves either the previous file or the new one, never a torn file, and
+ * two saves to one path at once each leave one whole file. Only a regular
+ * file is replaced: anything else at path (a device, FIFO, socket,
+ * folder) is refused with DELTA_ERR_INVALID_ARG before anything is
+ * written; a symbolic link to a regular file has its target replaced. On
+ * failure (DELTA_ERR_IO) the temporary is removed and the previous file is
+ * unchanged, except when only the final folder sync failed (the message
+ * says so). A process killed mid-save leaves its temporary behind (the
+ * delta tool removes those of its --save path when it takes the path's
+ * lock). Test hooks: docs/CHECKPOINTS.md. */
 typedef struct delta_st_entry {
     const char *name;
     const char *st_dtype;  /* "F32", "I32", ... */

@@ -65,15 +65,32 @@ delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
                               "tensor '%s': dtype %s is not computed yet; use "
                               "F32 (or I32 for indices)",
                               name ? name : "", delta_dtype_name(dtype));
+    /* an unnamed tensor is named as it will be: t<id> */
+    char label[DELTA_NAME_LEN + 16];
+    if (name && *name) snprintf(label, sizeof label, "%s", name);
+    else snprintf(label, sizeof label, "t%d", ctx->n_tensors);
     int64_t numel = 1;
+    bool too_big = false;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 ||
-            __builtin_mul_overflow(numel, shape[i], &numel) ||
-            numel > ((int64_t)1 << 48))
+        if (shape[i] < 0)
             return delta_ctx_fail(ctx, DELTA_ERR_SHAPE,
                                   "tensor '%s': dim %d is %lld; dims must be "
-                                  "non-negative and the size below 2^48",
-                                  name ? name : "", i, (long long)shape[i]);
+                                  "non-negative", label, i,
+                                  (long long)shape[i]);
+        too_big |= __builtin_mul_overflow(numel, shape[i], &numel) ||
+                   numel > ((int64_t)1 << 48);
+    }
+    if (too_big) {
+        char dims[160];
+        size_t k = 0;
+        dims[0] = '\0';
+        for (int i = 0; i < ndim && k < sizeof dims; i++)
+            k += (size_t)snprintf(dims + k, sizeof dims - k, "%s%lld",
+                                  i ? " x " : "", (long long)shape[i]);
+        return delta_ctx_fail(ctx, DELTA_ERR_SHAPE,
+                              "tensor '%s' of shape %s has more than 2^48 "
+                              "elements; make a dimension (the batch, a "
+                              "length or a width) smaller", label, dims);
     }
     if (!grow((void **)&ctx->tensors, &ctx->cap_tensors, ctx->n_tensors + 1,
               sizeof *ctx->tensors))

@@ -8,7 +8,11 @@
  *
  * Writing builds the header with cJSON in the caller's order, pads it with
  * spaces to a multiple of 8 bytes (as the reference writer does) and writes
- * path.tmp, fsyncs it, renames it over path and fsyncs the directory. */
+ * a temporary of a unique name in path's folder (path.delta-XXXXXX.tmp,
+ * mkstemps), fsyncs it, renames it over path and fsyncs the folder. Only a
+ * regular file is ever replaced: a device, FIFO, socket or folder at path
+ * is refused before anything is written, and a link to a regular file has
+ * its target replaced (the link stays). */
 #include "delta/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -860,26 +864,81 @@ static bool sync_parent_dir(const char *path) {
     return ok;
 }
 
-/* Writes the file's bytes to tmp (any stale tmp of a killed run is
- * replaced), fsyncs it and renames it over path, then syncs the directory.
- * On failure returns the failed stage and sets *e to its errno; tmp is
- * removed, and path is untouched unless only the directory sync failed
- * (the rename is done then). */
-static const char *write_file(const char *path, const char *tmp,
-                              const unsigned char *len8, const char *hdr,
-                              size_t hlen, size_t padded,
+/* "a character device", ... for a file type that is not a regular file. */
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m)    ? "a folder"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+/* The file a save replaces: path itself, or the regular file a link at
+ * path leads to (so the link survives the rename). NULL, with err set,
+ * when what is at path is not a regular file. *mode is the existing file's
+ * permission bits, or -1 when there is none. Caller frees. */
+static char *save_target(const char *path, int *mode, char *err,
+                         size_t err_len) {
+    struct stat sb;
+    *mode = -1;
+    if (stat(path, &sb) != 0) return strdup(path); /* nothing there (yet) */
+    if (!S_ISREG(sb.st_mode)) {
+        set_err(err, err_len, "'%s' is %s, not a regular file: a save "
+                "replaces only a regular file or creates a new one; give "
+                "another path", path, file_kind(sb.st_mode));
+        return NULL;
+    }
+    *mode = (int)(sb.st_mode & 07777);
+    struct stat lb;
+    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real) return real;
+    }
+    return strdup(path);
+}
+
+/* The permission bits a new file gets from open(..., 0666): mkstemps
+ * makes 0600. The umask is read by setting it back at once. */
+static mode_t new_file_mode(void) {
+    mode_t u = umask(022);
+    umask(u);
+    return 0666 & ~u;
+}
+
+/* Creates the unique temporary for path (path.delta-XXXXXX.tmp) in
+ * tmp[0..cap); the open descriptor, or -1 with errno set. */
+static int create_temp(const char *path, char *tmp, size_t cap) {
+    if ((size_t)snprintf(tmp, cap, "%s.delta-XXXXXX.tmp", path) >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (test_hook_fail("create")) return -1;
+    int fd = mkstemps(tmp, 4);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+}
+
+/* Writes the file's bytes to a new unique temporary beside path (its name
+ * in tmp), gives it mode (or a new file's), fsyncs it and renames it over
+ * path, then syncs the folder. On failure returns the failed stage and
+ * sets *e to its errno; the temporary is removed, and path is untouched
+ * unless only the folder sync failed (the rename is done then). */
+static const char *write_file(const char *path, char *tmp, size_t tmp_cap,
+                              int mode, const unsigned char *len8,
+                              const char *hdr, size_t hlen, size_t padded,
                               const delta_st_entry *entries,
                               const size_t *sizes, int n, int *e) {
     static const char spaces[8] = "        ";
     int save_no = ++saves_begun;
-    /* O_EXCL after the unlink: a planted link at tmp is never followed */
-    if (unlink(tmp) != 0 && errno != ENOENT) {
+    int fd = create_temp(path, tmp, tmp_cap);
+    if (fd >= 0 &&
+        fchmod(fd, mode >= 0 ? (mode_t)mode : new_file_mode()) != 0) {
         *e = errno;
-        return "remove the stale";
+        close(fd);
+        unlink(tmp);
+        return "set the mode of";
     }
-    int fd = test_hook_fail("create")
-                 ? -1
-                 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!fp) {
         *e = errno;
@@ -955,23 +1014,25 @@ delta_status delta_st_write(const char *path, const delta_st_entry *entries,
         return DELTA_ERR_INVALID_ARG;
     }
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
+    int mode = -1;
+    char *target = save_target(path, &mode, err, err_len);
+    size_t tmp_cap = (target ? strlen(target) : 0) + 32;
+    char *tmp = target ? malloc(tmp_cap) : NULL;
     if (!tmp) {
+        if (target) set_err(err, err_len, "out of memory");
+        free(target);
         free(hdr);
         free(sizes);
-        set_err(err, err_len, "out of memory");
-        return DELTA_ERR_NOMEM;
+        return target ? DELTA_ERR_NOMEM : DELTA_ERR_INVALID_ARG;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
+    tmp[0] = '\0';
 
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     int e = 0;
-    const char *what = write_file(path, tmp, len8, hdr, hlen, padded, entries,
-                                  sizes, n, &e);
+    const char *what = write_file(target, tmp, tmp_cap, mode, len8, hdr,
+                                  hlen, padded, entries, sizes, n, &e);
     if (what && !strcmp(what, "rename"))
         set_err(err, err_len, "cannot rename '%s' to '%s': %s (the "
                 "previous '%s', if any, is unchanged)", tmp, path,
@@ -981,10 +1042,12 @@ delta_status delta_st_write(const char *path, const delta_st_entry *entries,
                 "(the file may not survive a power cut)", path, strerror(e));
     else if (what)
         set_err(err, err_len, "cannot %s '%s': %s (the previous '%s', if "
-                "any, is unchanged)", what, tmp, strerror(e), path);
+                "any, is unchanged)", what, tmp[0] ? tmp : path, strerror(e),
+                path);
     else if (err && err_len)
         err[0] = '\0';
     if (what) st = DELTA_ERR_IO;
+    free(target);
     free(tmp);
     free(hdr);
     free(sizes);

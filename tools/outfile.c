@@ -1,0 +1,198 @@
+/* The tool's output files (see outfile.h). */
+#include "outfile.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* "a FIFO", ... for what is not a regular file. */
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m)    ? "a folder"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+/* err for a non-regular file at path. */
+static void refuse(const char *opt, const char *path, mode_t m, char *err,
+                   size_t err_len) {
+    if (S_ISDIR(m))
+        snprintf(err, err_len, "%s %s is a folder; give a file name (e.g. "
+                 "%s/out)", opt, path, path);
+    else
+        snprintf(err, err_len, "%s %s is %s, not a regular file: delta "
+                 "writes only regular files (a new one, or one it replaces)",
+                 opt, path, kind_of(m));
+}
+
+delta_status outfile_check(const char *opt, const char *path, char *err,
+                           size_t err_len) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return DELTA_OK;
+    refuse(opt, path, sb.st_mode, err, err_len);
+    return DELTA_ERR_INVALID_ARG;
+}
+
+delta_status outfile_check_dir(const char *opt, const char *path, char *err,
+                               size_t err_len) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return DELTA_OK;
+    snprintf(err, err_len, "%s %s is %s, not a folder: give a folder (it "
+             "is created when missing)", opt, path,
+             S_ISREG(sb.st_mode) ? "a file" : kind_of(sb.st_mode));
+    return DELTA_ERR_INVALID_ARG;
+}
+
+delta_status outfile_probe(const char *opt, const char *path, char *err,
+                           size_t err_len) {
+    delta_status st = outfile_check(opt, path, err, err_len);
+    if (st != DELTA_OK) return st;
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.delta-XXXXXX.tmp", path) >=
+        sizeof tmp) {
+        snprintf(err, err_len, "%s: the path is too long", opt);
+        return DELTA_ERR_INVALID_ARG;
+    }
+    int fd = mkstemps(tmp, 4);
+    if (fd < 0) {
+        snprintf(err, err_len, "%s %s: cannot create files there: %s", opt,
+                 path, strerror(errno));
+        return DELTA_ERR_IO;
+    }
+    close(fd);
+    unlink(tmp);
+    return DELTA_OK;
+}
+
+FILE *outfile_open(const char *opt, const char *path, const char *mode,
+                   char *err, size_t err_len) {
+    bool append = mode[0] == 'a';
+    if (outfile_check(opt, path, err, err_len) != DELTA_OK) return NULL;
+    /* O_NONBLOCK: a FIFO put there since the check fails to open (no
+     * reader) or is refused below, instead of blocking */
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC |
+                            (append ? O_APPEND : 0), 0666);
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        refuse(opt, path, sb.st_mode, err, err_len);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = NULL;
+    if (fd >= 0 && (append || ftruncate(fd, 0) == 0) &&
+        fcntl(fd, F_SETFL, append ? O_APPEND : 0) == 0)
+        f = fdopen(fd, append ? "a" : "w");
+    if (!f) {
+        snprintf(err, err_len, "%s: cannot %s %s: %s", opt,
+                 append ? "append to" : "create", path, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    return f;
+}
+
+bool outfile_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0;
+}
+
+/* PATH.lock into buf. */
+static bool lock_path(const char *path, char *buf, size_t n) {
+    return (size_t)snprintf(buf, n, "%s.lock", path) < n;
+}
+
+int outfile_lock(const char *path, char *err, size_t err_len) {
+    char lp[4096];
+    if (!lock_path(path, lp, sizeof lp)) {
+        snprintf(err, err_len, "--save: the path is too long");
+        return -1;
+    }
+    /* The file may be removed by its holder between our open and flock
+     * (outfile_unlock): then the lock we got is on a file no one else
+     * finds, so it is taken again on the one at the path now. */
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (fd < 0) {
+            snprintf(err, err_len, "--save %s: cannot create its lock file "
+                     "%s: %s", path, lp, strerror(errno));
+            return -1;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            char pid[32] = "";
+            ssize_t k = pread(fd, pid, sizeof pid - 1, 0);
+            pid[k > 0 ? k : 0] = '\0';
+            pid[strcspn(pid, "\n")] = '\0';
+            close(fd);
+            if (e == EWOULDBLOCK)
+                snprintf(err, err_len, "--save %s: another delta run%s%s%s "
+                         "is saving to it (it holds %s); wait for it to end "
+                         "or give another path", path, pid[0] ? " (pid " : "",
+                         pid, pid[0] ? ")" : "", lp);
+            else
+                snprintf(err, err_len, "--save %s: cannot lock %s: %s", path,
+                         lp, strerror(e));
+            return -1;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(lp, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            char pid[32];
+            int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)k, 0) != k) {
+                /* the pid only improves the other run's message */
+            }
+            return fd;
+        }
+        close(fd);
+    }
+    snprintf(err, err_len, "--save %s: cannot lock %s: it keeps changing",
+             path, lp);
+    return -1;
+}
+
+void outfile_unlock(const char *path, int fd) {
+    if (fd < 0) return;
+    char lp[4096];
+    /* removed while still held, so a waiting opener retries (above) */
+    if (lock_path(path, lp, sizeof lp)) unlink(lp);
+    close(fd);
+}
+
+int outfile_remove_stale_temps(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    const char *base = slash ? slash + 1 : path;
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + 1), path);
+    else
+        snprintf(dir, sizeof dir, "./");
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t bl = strlen(base);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        /* base + ".delta-" + 6 characters + ".tmp" */
+        if (strlen(n) != bl + 17 || strncmp(n, base, bl) != 0 ||
+            strncmp(n + bl, ".delta-", 7) != 0 ||
+            strcmp(n + bl + 13, ".tmp") != 0)
+            continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s%s", dir, n);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(p) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}
