@@ -42,23 +42,17 @@ static double now_s(void) {
 }
 
 static delta_backend *cpu_new(double gbps, double latency, uint64_t jitter) {
-    char err[256];
+    char err[256] = "";
     delta_cpu_backend_opts o = {.link_gbps = gbps, .link_latency_s = latency,
                                 .jitter_seed = jitter};
     delta_backend *b = delta_backend_cpu_new(&o, err, sizeof err);
-    if (!b) {
-        fprintf(stderr, "cpu backend: %s\n", err);
-        exit(2);
-    }
+    DELTA_ASSERTF(b != NULL, "cpu backend: %s", err);
     return b;
 }
 
 static void *xalloc(size_t bytes) {
     void *p = delta_alloc_aligned(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
+    DELTA_ASSERTF(p != NULL, "no host memory for %zu test bytes", bytes);
     return p;
 }
 
