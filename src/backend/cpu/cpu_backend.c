@@ -24,7 +24,9 @@
  *    the compute engine applies delta_cpu_threads() to itself before a
  *    kernel whenever it changed; kernels (and an OpenMP OpenBLAS) then use
  *    the count the caller configured, and give the bits they give on the
- *    caller's thread (the reference executor's).
+ *    caller's thread (the reference executor's). The thread count and the
+ *    GEMM path are read when a kernel runs, not when it is enqueued: change
+ *    them only while the device is idle (after a sync or a download).
  *  - Jitter (opts->jitter_seed != 0): every item of every stream first
  *    sleeps 0-200 us, drawn from (seed, stream, item seq) by the
  *    counter-based RNG, to shake out missing waits; results must not
