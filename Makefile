@@ -206,10 +206,10 @@ deps-check:
 
 # The test and run targets install what they need first, then build in a
 # sub-make so the probe sees the installed libraries.
-# SANITIZE=thread runs the threaded code only (copy engines, session,
+# SANITIZE=thread runs the threaded code only (stream engines, session,
 # runtime): TSAN_TESTS. Sanitizer reports end the test that hit them
 # (halt_on_error; -fno-sanitize-recover for UBSan), so run.sh counts it.
-TSAN_TESTS := test_backend test_session test_managed test_policies test_plan_cache
+TSAN_TESTS := test_backend test_cpu_async test_session test_managed test_policies test_plan_cache
 ifeq ($(SANITIZE),thread)
 TEST_RUN_BIN := $(TSAN_TESTS:%=$(BUILD)/tests/%)
 TEST_ENV := OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1

@@ -85,6 +85,9 @@ static void usage(FILE *f) {
 "                       least 0.01 (10 MB/s). Default:\n"
 "                       unthrottled with an unlimited budget, else the\n"
 "                       backend's default (1 byte per 1,000 GEMM flops)\n"
+"  --device-jitter SEED cpu: delay every kernel and copy by a random 0-200 us\n"
+"                       drawn from SEED (a test of the runtime's waits; the\n"
+"                       results must not change). Default 0: none\n"
 "  --threads N          CPU threads (default: all cores)\n"
 "  --host-memory SIZE   cap the host store for swapped tensors (e.g. 2GiB;\n"
 "                       default: as much as the host gives); a run that\n"
@@ -142,7 +145,7 @@ enum {
     OPT_LOAD, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_BACKEND, OPT_GPU,
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
-    OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP,
+    OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
 };
 
 static const struct option long_opts[] = {
@@ -178,6 +181,7 @@ static const struct option long_opts[] = {
     {"budget", required_argument, NULL, OPT_BUDGET},
     {"policy", required_argument, NULL, OPT_POLICY},
     {"link-bw", required_argument, NULL, OPT_LINK_BW},
+    {"device-jitter", required_argument, NULL, OPT_DEVICE_JITTER},
     {"trace", required_argument, NULL, OPT_TRACE},
     {"eval-batches", required_argument, NULL, OPT_EVAL_BATCHES},
     {"seq-len-range", required_argument, NULL, OPT_SEQ_LEN_RANGE},
@@ -402,6 +406,11 @@ static int parse_args(int argc, char **argv, train_config *c,
                                    opt, a, LINK_MIN_GBPS);
             c->link_set = true;
             break;
+        case OPT_DEVICE_JITTER:
+            if (!parse_i64(opt, a, 0, INT64_MAX, &c->device_jitter, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
         case OPT_TRACE: c->trace = a; break;
         case OPT_EVAL_BATCHES:
             if (!parse_i64(opt, a, 0, INT64_MAX, &c->eval_batches, err,
@@ -486,6 +495,9 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (c->link_set && c->backend == TRAIN_BACKEND_CUDA)
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
+    if (c->device_jitter && c->backend != TRAIN_BACKEND_CPU)
+        return usage_error("--device-jitter delays the cpu backend's "
+                           "streams; use it with --backend cpu");
     /* --hidden: mlp's hidden width, or a transformer's. */
     if (hidden) {
         if (c->model.name && !strcmp(c->model.name, "mlp"))

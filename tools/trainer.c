@@ -477,7 +477,9 @@ static delta_status setup_backend(trainer *t) {
          * budget the backend's default link (see delta/backend.h). */
         double link = c->link_set ? c->link_gbps
                                   : t->budget_bytes ? -1.0 : 0.0;
-        delta_cpu_backend_opts o = {.link_gbps = link, .link_latency_s = -1};
+        delta_cpu_backend_opts o = {
+            .link_gbps = link, .link_latency_s = -1,
+            .jitter_seed = (uint64_t)c->device_jitter};
         t->backend = delta_backend_cpu_new(&o, sub, sizeof sub);
         /* the backend's messages name it already ("cpu backend: ...") */
         if (!t->backend) return fail(t, DELTA_ERR_STATE, "%s", sub);

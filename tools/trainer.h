@@ -80,6 +80,8 @@ typedef struct train_config {
     const char *policy;                 /* NULL: keep */
     double link_gbps;                   /* cpu link; used when link_set */
     bool link_set;
+    /* --device-jitter: the cpu backend's jitter_seed (0: none) */
+    int64_t device_jitter;
     bool plan_only;                     /* stop after the dry plan */
     /* --seq-len-range A:B (transformers): each step draws its sequence
      * length uniformly in [A, B] from (seed, step); 0: one length */

@@ -49,7 +49,7 @@ typedef struct delta_event {
 typedef struct delta_backend_ops {
     /* Creates the device arena: one block of exactly `bytes`. *base gets
      * its address (NULL on sim, where only offsets exist). Replaces any
-     * previous arena (cpu: after draining the copy streams). */
+     * previous arena (cpu: after draining every stream). */
     delta_status (*arena_create)(void *ctx, size_t bytes, void **base);
     void (*arena_destroy)(void *ctx);
     /* Host store for swapped-out tensors (pinned memory on CUDA). NULL when
@@ -102,7 +102,8 @@ typedef struct delta_backend_ops {
     /* Synchronous copies between host memory and the arena, for the host's
      * own accesses (initializing parameters, setting inputs, reading the
      * loss and state): ordered after every kernel issued before and done
-     * when they return. NULL (cpu): the arena is host memory, a memcpy. */
+     * when they return. cpu: waits until every stream is idle, then a
+     * memcpy (the arena is host memory). NULL: a plain memcpy. */
     void (*upload)(void *ctx, void *dev_dst, const void *host_src,
                    size_t bytes);
     void (*download)(void *ctx, void *host_dst, const void *dev_src,

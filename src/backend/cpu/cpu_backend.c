@@ -5,14 +5,32 @@
  *    multiple of DELTA_ALIGN for aligned_alloc's rule; the runtime is given
  *    and uses exactly `bytes`).
  *  - Host store: delta_alloc_aligned blocks; NULL on failure, never abort.
- *  - Compute stream: delta_cpu_run in the caller's thread, so it is
- *    synchronous and its events are complete when recorded.
- *  - Copy streams: one copy-engine thread each (TO_HOST, TO_DEVICE), fed
- *    through a fixed-capacity ring of items {dst, src, bytes} or {wait for
- *    event}, allocated with the backend (no allocation per copy; a producer
- *    finding the ring full blocks until there is room). An engine runs its
- *    items in order, bumps its stream's completed count and broadcasts a
- *    condition variable. One mutex guards every ring and counter.
+ *  - Streams: one engine thread per stream (COMPUTE, TO_HOST, TO_DEVICE),
+ *    all running the same loop, so the device is asynchronous to the host
+ *    as a GPU is. Each is fed through a fixed-capacity ring of items,
+ *    allocated with the backend (no allocation per item; a producer finding
+ *    the ring full blocks until there is room): a kernel (a copy of the
+ *    delta_kargs and of *env: the caller's env changes between runs), a
+ *    copy (on the compute stream a device-side memmove, in order with the
+ *    kernels) or a wait for another stream's event. An engine runs its
+ *    items in order, records each one's start and end, bumps its stream's
+ *    completed count and broadcasts a condition variable. One mutex guards
+ *    every ring and counter; kernels and copies run outside it. Events are
+ *    (stream, items issued), so query, sync, span and event_time are the
+ *    same for all three streams.
+ *  - Host accesses: upload and download wait until every stream is idle,
+ *    then memcpy: the host never touches the arena while an engine may.
+ *  - OpenMP: ICVs such as the thread count are per thread in libgomp, so
+ *    the compute engine applies delta_cpu_threads() to itself before a
+ *    kernel whenever it changed; kernels (and an OpenMP OpenBLAS) then use
+ *    the count the caller configured, and give the bits they give on the
+ *    caller's thread (the reference executor's). The thread count and the
+ *    GEMM path are read when a kernel runs, not when it is enqueued: change
+ *    them only while the device is idle (after a sync or a download).
+ *  - Jitter (opts->jitter_seed != 0): every item of every stream first
+ *    sleeps 0-200 us, drawn from (seed, stream, item seq) by the
+ *    counter-based RNG, to shake out missing waits; results must not
+ *    change.
  *  - Throttle: a copy of n bytes takes at least latency + n / link_bps. It
  *    is done in chunks; after each chunk the engine sleeps to an absolute
  *    deadline measured from the copy's start (clock_nanosleep, so timer
@@ -26,6 +44,7 @@
  *    made here carry over. The GEMM speed is measured once per process and
  *    thread count (a 256x256x256 delta_gemm, best of several runs). */
 #include "backend/backend.h"
+#include "core/rng.h"
 #include "delta/cpu.h"
 
 #include <errno.h>
@@ -35,10 +54,15 @@
 #include <string.h>
 #include <time.h>
 
-#define RING_CAP 1024                 /* items per copy stream */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define RING_CAP 1024                 /* items per stream */
 #define CHUNK_MIN ((size_t)256 << 10) /* bytes per throttled chunk, at least */
 #define CHUNK_TIME_S 100e-6           /* ... and about this much link time */
 #define DEFAULT_LATENCY_S 10e-6
+#define JITTER_MAX_US 200             /* an item's jitter: 0..this, in us */
 
 static double now_s(void) {
     struct timespec t;
@@ -57,15 +81,30 @@ static void sleep_until(double t) {
         ;
 }
 
-typedef enum { ITEM_COPY, ITEM_WAIT } item_kind;
+typedef enum { ITEM_COPY, ITEM_WAIT, ITEM_KERNEL } item_kind;
 
 typedef struct item {
     item_kind kind;
-    void *dst;
-    const void *src;
-    size_t bytes;
-    delta_event ev;  /* ITEM_WAIT: the event to wait for */
+    union {
+        struct {                 /* ITEM_COPY */
+            void *dst;
+            const void *src;
+            size_t bytes;
+        } copy;
+        delta_event ev;          /* ITEM_WAIT: the event to wait for */
+        struct {                 /* ITEM_KERNEL */
+            delta_kargs k;       /* k.env is repointed at env when it runs */
+            delta_kernel_env env;
+            bool has_env;        /* the caller gave an env */
+        } kernel;
+    };
 } item;
+
+/* When an item started and ended (wall clock); waits have no span. */
+typedef struct span_slot {
+    double t0, t1;
+    bool wait;
+} span_slot;
 
 typedef struct cpu_backend cpu_backend;
 
@@ -77,9 +116,11 @@ typedef struct engine {
     item *ring;
     size_t head, count;               /* under be->mu */
     uint64_t issued, completed;       /* under be->mu */
-    double *span_t0, *span_t1;        /* per item seq % DELTA_SPAN_HISTORY,
+    span_slot *spans;                 /* by item seq % DELTA_SPAN_HISTORY,
                                          under be->mu */
     pthread_cond_t not_empty, not_full;
+    int omp_threads;                  /* the engine thread's own: the
+                                         OpenMP thread count it applied */
 } engine;
 
 struct cpu_backend {
@@ -87,28 +128,26 @@ struct cpu_backend {
     pthread_mutex_t mu;
     pthread_cond_t done;      /* broadcast when an engine completes an item */
     bool stop;                /* under mu */
-    engine eng[2];            /* [s - 1] for s = TO_HOST, TO_DEVICE */
+    engine eng[DELTA_STREAM_COUNT];
     /* set before the engines start, read-only after */
     double bps, latency;
     size_t chunk;
+    uint64_t jitter_seed;
     /* host thread only */
     void *arena;
-    uint64_t compute_seq;
-    double *cspan_t0, *cspan_t1;  /* compute items, by seq % history */
 };
 
 static engine *eng_of(cpu_backend *be, delta_stream s) {
-    DELTA_ASSERTF(s == DELTA_STREAM_TO_HOST || s == DELTA_STREAM_TO_DEVICE,
-                  "stream %d is not a copy stream", (int)s);
-    return &be->eng[s - 1];
+    DELTA_ASSERTF((unsigned)s < DELTA_STREAM_COUNT, "no stream %d", (int)s);
+    return &be->eng[s];
 }
 
-/* ---- the copy engines ---------------------------------------------------- */
+/* ---- the engines ---------------------------------------------------------- */
 
-static void do_copy(const cpu_backend *be, const item *it) {
-    char *dst = it->dst;
-    const char *src = it->src;
-    size_t n = it->bytes;
+static void do_copy(const cpu_backend *be, void *dst_, const void *src_,
+                    size_t n) {
+    char *dst = dst_;
+    const char *src = src_;
     if (be->bps <= 0) {
         if (be->latency > 0) sleep_until(now_s() + be->latency);
         if (n) memcpy(dst, src, n);
@@ -125,33 +164,72 @@ static void do_copy(const cpu_backend *be, const item *it) {
     if (n == 0) sleep_until(t0);
 }
 
+/* Sleeps the jitter of item seq of stream s: 0..JITTER_MAX_US us, a pure
+ * function of (seed, stream, seq), so a run's delays can be replayed. */
+static void jitter(const cpu_backend *be, delta_stream s, uint64_t seq) {
+    if (!be->jitter_seed) return;
+    uint64_t r = delta_rng_u64(be->jitter_seed ^ delta_mix64((uint64_t)s + 1),
+                               seq);
+    sleep_until(now_s() + (double)(r % (JITTER_MAX_US + 1)) * 1e-6);
+}
+
+/* libgomp keeps the thread count per thread: give the engine's the one
+ * the caller configured (delta_cpu_set_threads), before a kernel. */
+static void adopt_threads(engine *e) {
+#ifdef _OPENMP
+    int n = delta_cpu_threads();
+    if (n != e->omp_threads) {
+        omp_set_num_threads(n);
+        e->omp_threads = n;
+    }
+#else
+    (void)e;
+#endif
+}
+
+/* Runs a kernel or copy item on its engine's thread, outside the lock. */
+static void run_item(engine *e, item *it) {
+    if (it->kind == ITEM_KERNEL) {
+        adopt_threads(e);
+        it->kernel.k.env = it->kernel.has_env ? &it->kernel.env : NULL;
+        delta_cpu_run(&it->kernel.k);
+    } else if (e->stream == DELTA_STREAM_COMPUTE) {
+        /* a device-side move: source and destination may overlap */
+        if (it->copy.bytes) memmove(it->copy.dst, it->copy.src, it->copy.bytes);
+    } else {
+        do_copy(e->be, it->copy.dst, it->copy.src, it->copy.bytes);
+    }
+}
+
 static void *engine_main(void *arg) {
     engine *e = arg;
     cpu_backend *be = e->be;
+    item it;
     pthread_mutex_lock(&be->mu);
     for (;;) {
         while (e->count == 0 && !be->stop)
             pthread_cond_wait(&e->not_empty, &be->mu);
         if (e->count == 0) break; /* stopping, and drained */
-        item it = e->ring[e->head];
+        it = e->ring[e->head];
         e->head = (e->head + 1) % RING_CAP;
         e->count--;
         pthread_cond_signal(&e->not_full);
+        uint64_t seq = e->completed + 1;
+        pthread_mutex_unlock(&be->mu);
+        jitter(be, e->stream, seq);
         double t0 = now_s();
+        if (it.kind != ITEM_WAIT) run_item(e, &it);
+        pthread_mutex_lock(&be->mu);
         if (it.kind == ITEM_WAIT) {
-            engine *o = eng_of(be, it.ev.stream);
+            const engine *o = &be->eng[it.ev.stream];
             while (o->completed < it.ev.seq)
                 pthread_cond_wait(&be->done, &be->mu);
-        } else {
-            pthread_mutex_unlock(&be->mu);
-            t0 = now_s();
-            do_copy(be, &it);
-            pthread_mutex_lock(&be->mu);
         }
-        size_t slot = (size_t)(e->completed + 1) % DELTA_SPAN_HISTORY;
-        e->span_t0[slot] = t0;
-        e->span_t1[slot] = now_s();
-        e->completed++;
+        span_slot *sl = &e->spans[seq % DELTA_SPAN_HISTORY];
+        sl->t0 = t0;
+        sl->t1 = now_s();
+        sl->wait = it.kind == ITEM_WAIT;
+        e->completed = seq;
         pthread_cond_broadcast(&be->done);
     }
     pthread_mutex_unlock(&be->mu);
@@ -168,31 +246,45 @@ static void push_locked(engine *e, const item *it) {
     pthread_cond_signal(&e->not_empty);
 }
 
+static void push(cpu_backend *be, delta_stream s, const item *it) {
+    engine *e = eng_of(be, s);
+    pthread_mutex_lock(&be->mu);
+    push_locked(e, it);
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* Asserts e was recorded on its stream. Holds be->mu. */
+static void check_recorded(const cpu_backend *be, delta_event e) {
+    DELTA_ASSERTF((unsigned)e.stream < DELTA_STREAM_COUNT, "no stream %d",
+                  (int)e.stream);
+    DELTA_ASSERTF(e.seq <= be->eng[e.stream].issued, "event %llu of stream "
+                  "%d was never recorded", (unsigned long long)e.seq,
+                  (int)e.stream);
+}
+
+/* Blocks until every item issued on every stream is complete. */
+static void drain(cpu_backend *be) {
+    pthread_mutex_lock(&be->mu);
+    for (int s = 0; s < DELTA_STREAM_COUNT; s++)
+        while (be->eng[s].completed < be->eng[s].issued)
+            pthread_cond_wait(&be->done, &be->mu);
+    pthread_mutex_unlock(&be->mu);
+}
+
 /* ---- the interface -------------------------------------------------------- */
 
 static void cpu_sync(void *ctx, delta_event e) {
     cpu_backend *be = ctx;
-    if (e.stream == DELTA_STREAM_COMPUTE) return;
-    engine *en = eng_of(be, e.stream);
     pthread_mutex_lock(&be->mu);
-    DELTA_ASSERTF(e.seq <= en->issued, "event %llu of stream %d was never "
-                  "recorded", (unsigned long long)e.seq, (int)e.stream);
-    while (en->completed < e.seq) pthread_cond_wait(&be->done, &be->mu);
+    check_recorded(be, e);
+    while (be->eng[e.stream].completed < e.seq)
+        pthread_cond_wait(&be->done, &be->mu);
     pthread_mutex_unlock(&be->mu);
-}
-
-static void drain(cpu_backend *be) {
-    for (int s = DELTA_STREAM_TO_HOST; s <= DELTA_STREAM_TO_DEVICE; s++) {
-        engine *e = eng_of(be, (delta_stream)s);
-        pthread_mutex_lock(&be->mu);
-        while (e->completed < e->issued) pthread_cond_wait(&be->done, &be->mu);
-        pthread_mutex_unlock(&be->mu);
-    }
 }
 
 static void cpu_arena_destroy(void *ctx) {
     cpu_backend *be = ctx;
-    drain(be); /* no copy may still touch the arena */
+    drain(be); /* no kernel or copy may still touch the arena */
     delta_free_aligned(be->arena);
     be->arena = NULL;
 }
@@ -215,80 +307,61 @@ static void cpu_host_free(void *ctx, void *p) {
     delta_free_aligned(p);
 }
 
-static void compute_span(cpu_backend *be, double t0) {
-    be->compute_seq++;
-    size_t slot = (size_t)be->compute_seq % DELTA_SPAN_HISTORY;
-    be->cspan_t0[slot] = t0;
-    be->cspan_t1[slot] = now_s();
-}
-
 static void cpu_run(void *ctx, const delta_kargs *k) {
-    cpu_backend *be = ctx;
-    double t0 = now_s();
-    delta_cpu_run(k);
-    compute_span(be, t0);
+    item it = {.kind = ITEM_KERNEL};
+    it.kernel.k = *k;
+    it.kernel.has_env = k->env != NULL;
+    if (k->env) it.kernel.env = *k->env;
+    push(ctx, DELTA_STREAM_COMPUTE, &it);
 }
 
 static void cpu_copy(void *ctx, delta_stream s, void *dst, const void *src,
                      size_t bytes) {
-    cpu_backend *be = ctx;
-    if (s == DELTA_STREAM_COMPUTE) {
-        double t0 = now_s();
-        if (bytes) memmove(dst, src, bytes);
-        compute_span(be, t0);
-        return;
-    }
-    engine *e = eng_of(be, s);
-    item it = {.kind = ITEM_COPY, .dst = dst, .src = src, .bytes = bytes};
-    pthread_mutex_lock(&be->mu);
-    push_locked(e, &it);
-    pthread_mutex_unlock(&be->mu);
+    item it = {.kind = ITEM_COPY};
+    it.copy.dst = dst;
+    it.copy.src = src;
+    it.copy.bytes = bytes;
+    push(ctx, s, &it);
 }
 
 static delta_event cpu_record(void *ctx, delta_stream s) {
     cpu_backend *be = ctx;
+    engine *e = eng_of(be, s);
     delta_event ev = {.stream = s, .time = now_s()};
-    if (s == DELTA_STREAM_COMPUTE) {
-        ev.seq = be->compute_seq;
-    } else {
-        engine *e = eng_of(be, s);
-        pthread_mutex_lock(&be->mu);
-        ev.seq = e->issued;
-        pthread_mutex_unlock(&be->mu);
-    }
+    pthread_mutex_lock(&be->mu);
+    ev.seq = e->issued;
+    pthread_mutex_unlock(&be->mu);
     return ev;
 }
 
 static bool cpu_query(void *ctx, delta_event e) {
     cpu_backend *be = ctx;
-    if (e.stream == DELTA_STREAM_COMPUTE) return true;
-    engine *en = eng_of(be, e.stream);
     pthread_mutex_lock(&be->mu);
-    bool done = en->completed >= e.seq;
+    check_recorded(be, e);
+    bool done = be->eng[e.stream].completed >= e.seq;
     pthread_mutex_unlock(&be->mu);
     return done;
 }
 
+/* The slot of item e.seq when it is complete and still remembered, else
+ * NULL. Holds be->mu. */
+static const span_slot *slot_locked(const cpu_backend *be, delta_event e) {
+    const engine *en = &be->eng[e.stream];
+    if (e.seq == 0 || en->completed < e.seq ||
+        en->completed - e.seq >= DELTA_SPAN_HISTORY)
+        return NULL;
+    return &en->spans[e.seq % DELTA_SPAN_HISTORY];
+}
+
 static bool cpu_span(void *ctx, delta_event e, double *t0, double *t1) {
     cpu_backend *be = ctx;
-    if (e.seq == 0) return false;
-    if (e.stream == DELTA_STREAM_COMPUTE) {
-        if (e.seq > be->compute_seq ||
-            be->compute_seq - e.seq >= DELTA_SPAN_HISTORY)
-            return false;
-        size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
-        *t0 = be->cspan_t0[slot];
-        *t1 = be->cspan_t1[slot];
-        return true;
-    }
-    engine *en = eng_of(be, e.stream);
     pthread_mutex_lock(&be->mu);
-    bool ok = en->completed >= e.seq &&
-              en->completed - e.seq < DELTA_SPAN_HISTORY;
+    check_recorded(be, e);
+    const span_slot *sl = slot_locked(be, e);
+    bool ok = sl && !sl->wait;
     if (ok) {
-        size_t slot = (size_t)e.seq % DELTA_SPAN_HISTORY;
-        *t0 = en->span_t0[slot];
-        *t1 = en->span_t1[slot];
+        *t0 = sl->t0;
+        *t1 = sl->t1;
     }
     pthread_mutex_unlock(&be->mu);
     return ok;
@@ -296,27 +369,27 @@ static bool cpu_span(void *ctx, delta_event e, double *t0, double *t1) {
 
 static bool cpu_event_time(void *ctx, delta_event e, double *t) {
     cpu_backend *be = ctx;
-    double t0, t1;
-    if (!cpu_query(be, e)) return false;
-    /* the item before e ended when it ended; e itself was reached no
-     * earlier than it was recorded */
-    *t = e.time;
-    if (e.seq && cpu_span(be, e, &t0, &t1) && t1 > *t) *t = t1;
-    return true;
+    pthread_mutex_lock(&be->mu);
+    check_recorded(be, e);
+    bool done = be->eng[e.stream].completed >= e.seq;
+    if (done) {
+        /* reached when the item before it ended (a wait's end included),
+         * and no earlier than it was recorded; an item too old to be
+         * remembered ended long before anything recent was recorded */
+        const span_slot *sl = slot_locked(be, e);
+        *t = sl && sl->t1 > e.time ? sl->t1 : e.time;
+    }
+    pthread_mutex_unlock(&be->mu);
+    return done;
 }
 
 static void cpu_wait(void *ctx, delta_stream s, delta_event e) {
     cpu_backend *be = ctx;
-    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT &&
-                 (unsigned)e.stream < DELTA_STREAM_COUNT);
-    if (s == DELTA_STREAM_COMPUTE) { cpu_sync(be, e); return; }
-    /* compute events are complete when recorded; a stream is in order */
-    if (e.stream == DELTA_STREAM_COMPUTE || e.stream == s) return;
-    engine *en = eng_of(be, s), *other = eng_of(be, e.stream);
+    engine *en = eng_of(be, s);
+    if (e.stream == s) return; /* a stream is in order */
     pthread_mutex_lock(&be->mu);
-    DELTA_ASSERTF(e.seq <= other->issued, "event %llu of stream %d was never "
-                  "recorded", (unsigned long long)e.seq, (int)e.stream);
-    if (other->completed < e.seq) {
+    check_recorded(be, e);
+    if (be->eng[e.stream].completed < e.seq) {
         item it = {.kind = ITEM_WAIT, .ev = e};
         push_locked(en, &it);
     }
@@ -328,26 +401,38 @@ static double cpu_clock(void *ctx) {
     return now_s();
 }
 
+/* The host's own accesses to the arena: only once every stream is idle, so
+ * the host never races a kernel or a copy on the same bytes. */
+static void cpu_upload(void *ctx, void *dev_dst, const void *host_src,
+                       size_t bytes) {
+    drain(ctx);
+    if (bytes) memcpy(dev_dst, host_src, bytes);
+}
+
+static void cpu_download(void *ctx, void *host_dst, const void *dev_src,
+                         size_t bytes) {
+    drain(ctx);
+    if (bytes) memcpy(host_dst, dev_src, bytes);
+}
+
 static void cpu_destroy(void *ctx) {
     cpu_backend *be = ctx;
     pthread_mutex_lock(&be->mu);
-    be->stop = true;
-    for (int i = 0; i < 2; i++) pthread_cond_signal(&be->eng[i].not_empty);
+    be->stop = true; /* engines finish their rings first, then stop */
+    for (int i = 0; i < DELTA_STREAM_COUNT; i++)
+        pthread_cond_signal(&be->eng[i].not_empty);
     pthread_mutex_unlock(&be->mu);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < DELTA_STREAM_COUNT; i++)
         if (be->eng[i].started) pthread_join(be->eng[i].thread, NULL);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < DELTA_STREAM_COUNT; i++) {
         pthread_cond_destroy(&be->eng[i].not_empty);
         pthread_cond_destroy(&be->eng[i].not_full);
         free(be->eng[i].ring);
-        free(be->eng[i].span_t0);
-        free(be->eng[i].span_t1);
+        free(be->eng[i].spans);
     }
     pthread_cond_destroy(&be->done);
     pthread_mutex_destroy(&be->mu);
     delta_free_aligned(be->arena);
-    free(be->cspan_t0);
-    free(be->cspan_t1);
     free(be);
 }
 
@@ -367,6 +452,8 @@ static const delta_backend_ops cpu_ops = {
     .clock = cpu_clock,
     .op_cost = NULL,
     .destroy = cpu_destroy,
+    .upload = cpu_upload,
+    .download = cpu_download,
 };
 
 /* ---- the default link ----------------------------------------------------- */
@@ -415,6 +502,9 @@ double delta_cpu_gemm_flops(void) {
 
 /* ---- construction ----------------------------------------------------------- */
 
+static const char *const stream_names[DELTA_STREAM_COUNT] = {
+    "compute", "device-to-host copy", "host-to-device copy"};
+
 delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
                                      char *err, size_t err_len) {
     char dummy[8];
@@ -438,6 +528,7 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
     size_t chunk = be->bps > 0 ? (size_t)(be->bps * CHUNK_TIME_S) : 0;
     chunk = (chunk + 4095) / 4096 * 4096;
     be->chunk = chunk > CHUNK_MIN ? chunk : CHUNK_MIN;
+    be->jitter_seed = opts ? opts->jitter_seed : 0;
 
     be->base.name = "cpu";
     be->base.ops = &cpu_ops;
@@ -449,30 +540,28 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
 
     pthread_mutex_init(&be->mu, NULL);
     pthread_cond_init(&be->done, NULL);
-    be->cspan_t0 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
-    be->cspan_t1 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
-    for (int i = 0; i < 2; i++) {
+    bool ok = true;
+    for (int i = 0; i < DELTA_STREAM_COUNT; i++) {
         engine *e = &be->eng[i];
         e->be = be;
-        e->stream = (delta_stream)(DELTA_STREAM_TO_HOST + i);
+        e->stream = (delta_stream)i;
         pthread_cond_init(&e->not_empty, NULL);
         pthread_cond_init(&e->not_full, NULL);
         e->ring = calloc(RING_CAP, sizeof *e->ring);
-        e->span_t0 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
-        e->span_t1 = calloc(DELTA_SPAN_HISTORY, sizeof(double));
-        if (!e->ring || !e->span_t0 || !e->span_t1 || !be->cspan_t0 ||
-            !be->cspan_t1) {
-            snprintf(err, err_len, "cpu backend: out of host memory");
-            cpu_destroy(be);
-            return NULL;
-        }
+        e->spans = calloc(DELTA_SPAN_HISTORY, sizeof *e->spans);
+        ok = ok && e->ring && e->spans;
     }
-    for (int i = 0; i < 2; i++) {
+    if (!ok) {
+        snprintf(err, err_len, "cpu backend: out of host memory");
+        cpu_destroy(be);
+        return NULL;
+    }
+    for (int i = 0; i < DELTA_STREAM_COUNT; i++) {
         int rc = pthread_create(&be->eng[i].thread, NULL, engine_main,
                                 &be->eng[i]);
         if (rc != 0) {
-            snprintf(err, err_len, "cpu backend: cannot start a copy engine "
-                     "thread: %s", strerror(rc));
+            snprintf(err, err_len, "cpu backend: cannot start the %s engine "
+                     "thread: %s", stream_names[i], strerror(rc));
             cpu_destroy(be);
             return NULL;
         }
