@@ -33,6 +33,8 @@ typedef struct sblock {
 struct delta_session {
     delta_ctx *ctx;
     delta_backend *b;
+    delta_backend *check;       /* opts.check_streams: the checker wrapped
+                                   around opts.backend (owned; b == it) */
     size_t budget, arena_bytes;
     void *base;                 /* arena base (NULL on sim) */
     delta_pool *pool;
@@ -157,6 +159,7 @@ void delta_session_free(delta_session *s) {
     managed_free(s->mg);
     if (s->pool) delta_backend_arena_destroy(s->b);
     delta_pool_free(s->pool);
+    delta_backend_free(s->check); /* stream check: after the last call */
     free(s->blocks);
     free(s->first_block);
     free(s->ends);
@@ -219,6 +222,13 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     if (!s) goto nomem;
     s->ctx = ctx;
     s->b = o->backend;
+    /* stream check (opts.check_streams): everything goes through the
+     * checker from here on; it is freed with the session */
+    if (o->check_streams) {
+        s->check = delta_backend_check_new(o->backend, 0, NULL, 0);
+        if (!s->check) goto nomem;
+        s->b = s->check;
+    }
     s->budget = o->budget_bytes;
     s->trace = o->trace;
     for (int k = 0; k < o->n_outputs; k++) {
