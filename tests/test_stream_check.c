@@ -15,8 +15,9 @@
  * and 40% of the dry plan's peak (budgets a policy refuses are skipped), on
  * cpu and sim, a few steps each through a record-mode checker: no
  * violation. The session option check_streams (an aborting checker made by
- * the session). And one paper-scale step on the simulated A100 (ResNet-50,
- * batch 64, delta at 50%) with its time against the same step unchecked.
+ * the session). And paper-scale steps on the simulated A100 (ResNet-50
+ * batch 64 and GPT-2 small batch 8, delta at 50%) with their time against
+ * the same steps unchecked.
  *
  * `test_stream_check NAME` runs only the session and paper-scale tests
  * whose name contains NAME (the unit tests always run: they are quick). */
@@ -365,7 +366,7 @@ static const int check_pcts[] = {100, 60, 40};
  * checker per run. */
 static void sessions_on(bool cpu) {
     delta_backend *inner =
-        cpu ? delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 0,
+        cpu ? delta_backend_cpu_new(&(delta_cpu_backend_opts){.link_gbps = 1,
                                                               .link_latency_s = 0},
                                     NULL, 0)
             : delta_backend_sim_new(&(delta_sim_backend_opts){.gpu = "a100-80g"},
@@ -373,6 +374,8 @@ static void sessions_on(bool cpu) {
     CHECK(inner != NULL);
     if (!inner) return;
     int runs = 0, refused = 0;
+    size_t swapped = 0;
+    long recomputed = 0;
     for (int mi = 0; mi < N_MODELS; mi++) {
         size_t min_budget = 0, base = baseline_peak(&models[mi], &min_budget);
         for (const char *const *p = delta_session_policies(); *p; p++) {
@@ -391,14 +394,20 @@ static void sessions_on(bool cpu) {
                 CHECK(v == 0, "%s %s at %d%% on %s: %ld violations, the first: "
                       "%s", *p, models[mi].label, check_pcts[k],
                       cpu ? "cpu" : "sim", v, msg);
-                if (oc == RAN) runs++;
-                else refused++;
+                if (oc == RAN) {
+                    runs++;
+                    swapped += sum.swap_out_bytes + sum.swap_in_bytes;
+                    recomputed += sum.recomputed_ops;
+                } else {
+                    refused++;
+                }
                 delta_backend_free(b);
             }
         }
     }
-    printf("  %s: %d runs checked clean, %d budgets refused\n",
-           cpu ? "cpu" : "sim", runs, refused);
+    printf("  %s: %d runs checked (%zu bytes swapped, %ld ops recomputed "
+           "in all), %d budgets refused\n", cpu ? "cpu" : "sim", runs,
+           swapped, recomputed, refused);
     delta_backend_free(inner);
 }
 
@@ -449,18 +458,20 @@ static void test_session_option(void) {
     delta_backend_free(be);
 }
 
-/* One step of a paper-scale program on the simulated A100 at half its
- * peak with the delta policy, checked (the session option) and not: the
- * checker's host cost. */
-static double paper_step(bool check, int steps, delta_step_stats *last) {
+/* Steps of a paper-scale program on the simulated A100 at half its peak
+ * with the delta policy, checked (the session option) or not: the
+ * checker's host cost. Seconds from creating the session to the end of
+ * the last step; *n_ops the program's ops. */
+static double paper_steps(const delta_model_config *cfg, bool check,
+                          int steps, delta_step_stats *last, int *n_ops) {
     delta_backend *be = delta_backend_sim_new(
         &(delta_sim_backend_opts){.gpu = "a100-80g"}, NULL, 0);
-    const delta_model_config cfg = {.name = "resnet50", .batch = 64};
     delta_ctx *c = delta_ctx_new();
     delta_model mdl;
-    CHECK(delta_model_build(c, &cfg, &mdl) == DELTA_OK, "build");
+    CHECK(delta_model_build(c, cfg, &mdl) == DELTA_OK, "build");
     delta_backward(c, mdl.loss);
     delta_optimizer_sgd(c, (delta_sgd_opts){0.05f, 0.9f, 0, false});
+    *n_ops = delta_ctx_n_ops(c);
     delta_dry_plan dp;
     delta_dry_plan_build(c, &dp, NULL, 0);
     delta_session_opts so = {.backend = be, .policy = "delta",
@@ -483,16 +494,25 @@ static double paper_step(bool check, int steps, delta_step_stats *last) {
 
 static void test_paper_scale_sim(void) {
     if (!selected("test_paper_scale_sim")) TEST_SKIP("not selected");
-    delta_step_stats a = {0}, b = {0};
-    double plain = paper_step(false, 2, &a);
-    double checked = paper_step(true, 2, &b);
-    printf("  resnet50 batch 64, sim a100-80g, delta at 50%%, 2 steps: "
-           "%.2f s checked, %.2f s unchecked (%d swap-outs, %d recomputed "
-           "ops a step)\n", checked, plain, b.swap_outs, b.recomputed_ops);
-    /* the checker only watches: the simulated step is the same */
-    CHECK(a.step_s == b.step_s, "step %.6f s checked, %.6f s unchecked",
-          b.step_s, a.step_s);
-    CHECK(checked < 60, "the checked run took %.1f s", checked);
+    const delta_model_config cfgs[] = {
+        {.name = "resnet50", .batch = 64},
+        {.name = "gpt2-small", .batch = 8},
+    };
+    for (int i = 0; i < 2; i++) {
+        delta_step_stats a = {0}, b = {0};
+        int n_ops = 0;
+        double plain = paper_steps(&cfgs[i], false, 3, &a, &n_ops);
+        double checked = paper_steps(&cfgs[i], true, 3, &b, &n_ops);
+        printf("  %s batch %lld, sim a100-80g, delta at 50%%, 3 steps of %d "
+               "ops: %.2f s checked, %.2f s unchecked (a step: %d swap-outs, "
+               "%d swap-ins, %d recomputed ops)\n", cfgs[i].name,
+               (long long)cfgs[i].batch, n_ops, checked, plain, b.swap_outs,
+               b.swap_ins, b.recomputed_ops);
+        /* the checker only watches: the simulated step is the same */
+        CHECK(a.step_s == b.step_s, "step %.6f s checked, %.6f s unchecked",
+              b.step_s, a.step_s);
+        CHECK(checked < 60, "the checked run took %.1f s", checked);
+    }
 }
 
 int main(int argc, char **argv) {
