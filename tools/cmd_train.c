@@ -86,6 +86,12 @@ static void usage(FILE *f) {
 "  --host-memory SIZE   cap the host store for swapped tensors (e.g. 2GiB;\n"
 "                       default: as much as the host gives); a run that\n"
 "                       needs more stops with a message, exit 1\n"
+"  --check-streams      check the order of the device's streams: every\n"
+"                       reuse of device or host-store bytes across streams\n"
+"                       must be ordered by events; the first that is not\n"
+"                       aborts, naming the op, tensor and streams (a bug\n"
+"                       of the runtime; docs/DEVICE.md). It costs host\n"
+"                       time, not device time\n"
 "output:\n"
 "  --save FILE          safetensors checkpoint of the trained model\n"
 "                       (PyTorch names; loads with load_state_dict)\n"
@@ -135,7 +141,7 @@ enum {
     OPT_LOAD, OPT_JSON, OPT_QUIET, OPT_VERSION, OPT_BACKEND, OPT_GPU,
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
-    OPT_HOST_MEMORY,
+    OPT_HOST_MEMORY, OPT_CHECK_STREAMS,
 };
 
 static const struct option long_opts[] = {
@@ -178,6 +184,7 @@ static const struct option long_opts[] = {
     {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
+    {"check-streams", no_argument, NULL, OPT_CHECK_STREAMS},
     {NULL, 0, NULL, 0},
 };
 
@@ -430,6 +437,7 @@ static int parse_args(int argc, char **argv, train_config *c,
                                    "byte; leave the option out for no cap",
                                    opt);
             break;
+        case OPT_CHECK_STREAMS: c->check_streams = true; break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);

@@ -516,6 +516,7 @@ static delta_status open_session(trainer *t, int i) {
         .trace = t->trace,
         .plans = t->plans,
         .host_limit_bytes = t->cfg.host_memory,
+        .check_streams = t->cfg.check_streams,
     };
     delta_status st;
     char sub[512], sh_str[64];

@@ -92,6 +92,8 @@ typedef struct train_config {
     /* Host store for swapped tensors: at most this many bytes; 0: as much
      * as the host gives */
     size_t host_memory;
+    /* --check-streams: sessions run on the stream-order checker */
+    bool check_streams;
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */
