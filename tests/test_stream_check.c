@@ -501,6 +501,8 @@ static void test_paper_scale_sim(void) {
     for (int i = 0; i < 2; i++) {
         delta_step_stats a = {0}, b = {0};
         int n_ops = 0;
+        paper_steps(&cfgs[i], false, 1, &a, &n_ops); /* warm-up: the first
+                                                       run pays page faults */
         double plain = paper_steps(&cfgs[i], false, 3, &a, &n_ops);
         double checked = paper_steps(&cfgs[i], true, 3, &b, &n_ops);
         printf("  %s batch %lld, sim a100-80g, delta at 50%%, 3 steps of %d "
