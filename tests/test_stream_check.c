@@ -8,7 +8,8 @@
  * what a kernel wrote, and a kernel writing bytes a copy to the host still
  * reads, are caught unless waited for; the host's upload and host_free are
  * checked against the copy streams; the message names the op, the tensor
- * (or the copy's label) and both streams; in abort mode (a child process)
+ * (or the copy's label, which a wait between it and its copy leaves
+ * pending) and both streams; in abort mode (a child process)
  * a violation prints the message and aborts.
  *
  * Sessions: every policy on the tiny models of policy_train.h, at 100, 60
@@ -57,10 +58,11 @@ typedef struct rig {
     void *host, *host2;
 } rig;
 
-static bool rig_new(rig *r, bool cpu) {
+/* link_gbps: the cpu's link (0: unthrottled) */
+static bool rig_link(rig *r, bool cpu, double link_gbps) {
     memset(r, 0, sizeof *r);
     r->inner = cpu ? delta_backend_cpu_new(&(delta_cpu_backend_opts){
-                                               .link_gbps = 0,
+                                               .link_gbps = link_gbps,
                                                .link_latency_s = 0},
                                            NULL, 0)
                    : delta_backend_sim_new(&(delta_sim_backend_opts){
@@ -91,6 +93,8 @@ static bool rig_new(rig *r, bool cpu) {
     if (cpu && r->host) memset(r->host, 0, X_BYTES);
     return r->base && r->host && r->host2;
 }
+
+static bool rig_new(rig *r, bool cpu) { return rig_link(r, cpu, 0); }
 
 static void rig_free(rig *r) {
     if (r->b) {
@@ -171,6 +175,27 @@ static void h2d_then_read(bool cpu) {
 
 static void test_h2d_then_kernel_sim(void) { h2d_then_read(false); }
 static void test_h2d_then_kernel_cpu(void) { h2d_then_read(true); }
+
+/* A label names the next copy even when a wait comes between (cpu: a
+ * wait on an incomplete event is an item of the waiting stream). */
+static void test_label_survives_wait(void) {
+    const char *msg;
+    rig r;
+    if (rig_link(&r, true, 0.01)) { /* 4 KiB: 0.4 ms in flight */
+        delta_backend_copy(r.b, DELTA_STREAM_TO_HOST, r.host2, r.base + Y_OFF,
+                           X_BYTES);
+        delta_backend_label(r.b, DELTA_STREAM_TO_DEVICE, "x");
+        delta_backend_wait(r.b, DELTA_STREAM_TO_DEVICE,
+                           delta_backend_record(r.b, DELTA_STREAM_TO_HOST));
+        delta_backend_copy(r.b, DELTA_STREAM_TO_DEVICE, r.base, r.host,
+                           X_BYTES);
+        run_relu(&r, 0, 2 * Y_OFF);
+        CHECK(violations(&r, &msg) == 1 &&
+                  has(msg, "after write on to-device (copy of 'x'"),
+              "%s", msg);
+    }
+    rig_free(&r);
+}
 
 /* The host syncs on the copy: whatever it issues afterwards is ordered
  * after it, on any stream. A query that says complete does the same. */
@@ -521,6 +546,7 @@ int main(int argc, char **argv) {
     only = argc > 1 ? argv[1] : NULL;
     TEST_RUN(test_h2d_then_kernel_sim);
     TEST_RUN(test_h2d_then_kernel_cpu);
+    TEST_RUN(test_label_survives_wait);
     TEST_RUN(test_host_sync_orders_later_issues);
     TEST_RUN(test_transitive_waits);
     TEST_RUN(test_d2h_reads_kernel_output);

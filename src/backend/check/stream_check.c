@@ -114,7 +114,8 @@ typedef struct checker {
     char label[DELTA_STREAM_COUNT][LABEL_LEN];
     range_map arena_map, host_map;
     host_block *blocks;            /* open addressing, by pointer */
-    size_t n_blocks, cap_blocks;
+    size_t n_blocks, cap_blocks;   /* n_blocks counts deleted slots too, so
+                                      they go at the next rehash */
 } checker;
 
 static const char *party_name(int p) {
@@ -160,7 +161,9 @@ static mark *issue(checker *c, int p, item_kind kind) {
     m->op_type = DELTA_OP_TYPE_COUNT;
     m->bytes = 0;
     m->name[0] = '\0';
-    if (p != HOST && c->label[p][0]) {
+    /* a label names the next copy or kernel: a wait issued between the
+     * label and its copy leaves it pending */
+    if (p != HOST && kind != ITEM_WAIT && c->label[p][0]) {
         memcpy(m->name, c->label[p], sizeof m->name);
         c->label[p][0] = '\0';
     }
