@@ -923,6 +923,19 @@ static void test_sim_backend(void) {
     sim_run("gpt2-xl", "1");
 }
 
+/* --check-streams: training on the stream-order checker runs clean (a
+ * violation would abort: status 134) and says nothing more. */
+static void test_check_streams(void) {
+    TRAIN("--backend", "sim", "--gpu", "a100-80g", "--model", "gpt2-tiny",
+          "--steps", "3", "--budget", "50%", "--check-streams");
+    CHECK(res.status == 0, "sim: status %d: %s", res.status, res.err);
+    CHECK(!strstr(res.err, "stream-order"), "sim: %s", res.err);
+    TRAIN("--model", "mlp", "--data", "synthetic", "--batch", "64", "--steps",
+          "3", "--budget", "80%", "--check-streams", "--eval-batches", "0");
+    CHECK(res.status == 0, "cpu: status %d: %s", res.status, res.err);
+    CHECK(!strstr(res.err, "stream-order"), "cpu: %s", res.err);
+}
+
 int main(int argc, char **argv) {
     if (!cli_setup(argc, argv, "delta_test_cli")) return 1;
     TEST_RUN(test_help_and_version);
@@ -943,6 +956,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_plan);
     TEST_RUN(test_seq_len_range_exact);
     TEST_RUN(test_partial_batch_exact);
+    TEST_RUN(test_check_streams);
     cli_cleanup();
     TEST_MAIN_END();
 }

@@ -96,6 +96,12 @@ static void usage(FILE *f) {
 "                       (default 64)\n"
 "  --sync-every-op      the host waits for every op, as the first runtime\n"
 "                       did: to measure what waiting costs\n"
+"  --check-streams      check the order of the device's streams: every\n"
+"                       reuse of device or host-store bytes across streams\n"
+"                       must be ordered by events; the first that is not\n"
+"                       aborts, naming the op, tensor and streams (a bug\n"
+"                       of the runtime; docs/DEVICE.md). It costs host\n"
+"                       time, not device time\n"
 "output:\n"
 "  --save FILE          safetensors checkpoint of the trained model\n"
 "                       (PyTorch names; loads with load_state_dict)\n"
@@ -146,6 +152,7 @@ enum {
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
+    OPT_CHECK_STREAMS,
 };
 
 static const struct option long_opts[] = {
@@ -191,6 +198,7 @@ static const struct option long_opts[] = {
     {"host-memory", required_argument, NULL, OPT_HOST_MEMORY},
     {"run-ahead", required_argument, NULL, OPT_RUN_AHEAD},
     {"sync-every-op", no_argument, NULL, OPT_SYNC_EVERY_OP},
+    {"check-streams", no_argument, NULL, OPT_CHECK_STREAMS},
     {NULL, 0, NULL, 0},
 };
 
@@ -462,6 +470,7 @@ static int parse_args(int argc, char **argv, train_config *c,
             break;
         }
         case OPT_SYNC_EVERY_OP: c->sync_every_op = true; break;
+        case OPT_CHECK_STREAMS: c->check_streams = true; break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);

@@ -533,6 +533,7 @@ static delta_status open_session(trainer *t, int i) {
         .host_limit_bytes = t->cfg.host_memory,
         .run_ahead = t->cfg.run_ahead,
         .sync_every_op = t->cfg.sync_every_op,
+        .check_streams = t->cfg.check_streams,
     };
     delta_status st;
     char sub[512], sh_str[64];

@@ -96,6 +96,8 @@ typedef struct train_config {
     size_t host_memory;
     int run_ahead;                      /* 0: the session's default */
     bool sync_every_op;                 /* the host waits for every op */
+    /* --check-streams: sessions run on the stream-order checker */
+    bool check_streams;
 } train_config;
 
 /* Figures of a finished run (the JSON summary holds the same). */

@@ -59,6 +59,14 @@ typedef struct delta_session_opts {
      * the first runtime did: only to measure what waiting costs (delta
      * bench --sync-every-op). Results are the same. */
     bool sync_every_op;
+    /* Check the order of the device's streams (docs/DEVICE.md, "The
+     * stream-order checker"): the session runs on a checker wrapped around
+     * `backend`, which tracks every byte range of the arena and of the host
+     * store and aborts the process, naming the op, the tensor and both
+     * streams, at the first access not ordered after a conflicting access
+     * on another stream (a bug of the runtime). For tests and debugging:
+     * it costs host time per op, not device time. */
+    bool check_streams;
 } delta_session_opts;
 
 /* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,

@@ -93,9 +93,6 @@ typedef struct delta_backend_ops {
     double (*clock)(void *ctx);
     /* Seconds an op would take (sim: the cost model; cpu: NULL). */
     double (*op_cost)(void *ctx, const delta_op *op);
-    /* Names the next item issued on stream s (a tensor's name), for tools
-     * that watch the streams (the stream-order checker). NULL: ignored. */
-    void (*label)(void *ctx, delta_stream s, const char *what);
     /* Drains every stream, then frees everything, the delta_backend
      * included. */
     void (*destroy)(void *ctx);
@@ -108,6 +105,11 @@ typedef struct delta_backend_ops {
                    size_t bytes);
     void (*download)(void *ctx, void *host_dst, const void *dev_src,
                      size_t bytes);
+    /* Names the next item issued on stream s (what is a tensor's name;
+     * copied, so it need not outlive the call). Only for diagnostics: the
+     * stream-order checker (check/stream_check.c) names copies by it,
+     * since a copy carries only addresses. NULL in real backends. */
+    void (*label)(void *ctx, delta_stream s, const char *what);
 } delta_backend_ops;
 
 struct delta_backend {
@@ -187,10 +189,6 @@ static inline bool delta_backend_span(delta_backend *b, delta_event e,
                                       double *t0, double *t1) {
     return b->ops->span(b->ctx, e, t0, t1);
 }
-static inline void delta_backend_label(delta_backend *b, delta_stream s,
-                                       const char *what) {
-    if (b->ops->label) b->ops->label(b->ctx, s, what);
-}
 static inline double delta_backend_clock(delta_backend *b) {
     return b->ops->clock(b->ctx);
 }
@@ -219,6 +217,14 @@ static inline void delta_backend_download(delta_backend *b, void *host,
     else if (bytes) memcpy(host, dev, bytes);
 }
 
+/* Names the next item on stream s for diagnostics (the stream-order
+ * checker's messages); nothing when the backend has no use for names. The
+ * runtime calls it before each copy with the tensor's name. */
+static inline void delta_backend_label(delta_backend *b, delta_stream s,
+                                       const char *what) {
+    if (b->ops->label) b->ops->label(b->ctx, s, what);
+}
+
 /* Fills the tensor t at dev (an address in the arena) with its initial
  * values (delta_init_tensor), staged through host memory when the arena is
  * not host memory. DELTA_ERR_NOMEM when the staging buffer cannot be had
@@ -229,6 +235,26 @@ delta_status delta_backend_init_tensor(delta_backend *b, void *dev,
 /* Records the end of both copy streams and blocks until both are complete
  * (backend.c). */
 void delta_backend_sync_copies(delta_backend *b);
+
+/* ---- the stream-order checker (check/stream_check.c, docs/DEVICE.md) ---
+ * A backend that wraps `inner`, forwards every call to it and checks that
+ * every access to a byte range of the arena or of the host store is
+ * ordered on the device (by the stream, by wait() on events, or by the
+ * host having seen an event complete) after every conflicting access on
+ * another stream: a write after any earlier read or write, a read after
+ * the earlier write. A violation names both accesses (op, tensor or copy
+ * label, stream) and the bytes; it aborts the process unless the checker
+ * was made with DELTA_CHECK_RECORD, which counts violations and keeps the
+ * first message instead (for tests). Where the inner arena has no address
+ * (sim) the checker hands out a fake, never dereferenced base so that
+ * ranges exist. It does not own inner: free it (delta_backend_free) before
+ * inner. NULL with a message in err when memory cannot be had. */
+#define DELTA_CHECK_RECORD 1u
+delta_backend *delta_backend_check_new(delta_backend *inner, unsigned flags,
+                                       char *err, size_t err_len);
+/* Violations a checker found so far, and the first one's message in *msg
+ * ("" when none; may be NULL); -1 when b is not a checker. */
+long delta_backend_check_violations(const delta_backend *b, const char **msg);
 
 /* ---- the sim cost model (sim_backend.c), for dry planning ----------------
  * t(op) = 0 for reshape (a view); otherwise

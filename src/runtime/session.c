@@ -20,6 +20,8 @@
 struct delta_session {
     delta_ctx *ctx;
     delta_backend *b;
+    delta_backend *check;       /* opts.check_streams: the checker wrapped
+                                   around opts.backend (owned; b == it) */
     size_t budget, arena_bytes;
     managed *mg;
     delta_trace *trace;
@@ -45,6 +47,7 @@ static void fail(delta_session *s, char *err, size_t n, const char *fmt, ...) {
 void delta_session_free(delta_session *s) {
     if (!s) return;
     managed_free(s->mg);
+    delta_backend_free(s->check); /* stream check: after the last call */
     free(s);
 }
 
@@ -105,6 +108,17 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     }
     s->ctx = ctx;
     s->b = o->backend;
+    /* stream check (opts.check_streams): everything goes through the
+     * checker from here on; it is freed with the session */
+    if (o->check_streams) {
+        s->check = delta_backend_check_new(o->backend, 0, NULL, 0);
+        if (!s->check) {
+            *status = DELTA_ERR_NOMEM;
+            fail(s, err, err_len, "out of host memory for the stream check");
+            goto fail;
+        }
+        s->b = s->check;
+    }
     s->budget = o->budget_bytes;
     s->trace = o->trace;
     for (int k = 0; k < o->n_outputs; k++) {
