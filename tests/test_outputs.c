@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include "cli_run.h"
+#include "delta/trace.h"
 
 #define GPT "--model", "gpt2-tiny", "--quiet"
 
@@ -186,6 +187,20 @@ static void test_write_failures_exit_1(void) {
 
 /* Defect 8: a step program too large names its tensor and shape (not
  * "tensor ''" and a dimension that is fine). */
+/* The library opens a trace only as a regular file: a FIFO put there
+ * after the tool's check is refused at once (never a blocked open). */
+static void test_trace_open_refuses_fifo(void) {
+    char fifo[512], err[256] = "";
+    snprintf(fifo, sizeof fifo, "%s/trace.fifo", tmpdir);
+    CHECK(make_fifo(fifo), "mkfifo %s", fifo);
+    delta_trace *t = delta_trace_open(fifo, err, sizeof err);
+    CHECK(t == NULL, "a FIFO is not opened as a trace");
+    CHECK(strstr(err, "trace") != NULL, "message: %s", err);
+    CHECK(is_fifo(fifo), "the FIFO is left as it was");
+    if (t) delta_trace_close(t, err, sizeof err);
+    unlink(fifo);
+}
+
 static void test_messages(void) {
     USAGE_FAILS(&res, "plan", "more than 2^48 elements", "--model",
                 "gpt2-xl", "--batch", "99999999");
@@ -203,6 +218,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_second_run_refused);
     TEST_RUN(test_write_failures_exit_1);
     TEST_RUN(test_messages);
+    TEST_RUN(test_trace_open_refuses_fifo);
     cli_cleanup();
     TEST_MAIN_END();
 }
