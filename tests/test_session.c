@@ -185,6 +185,47 @@ static void test_budgets(void) {
     delta_ctx_free(c);
 }
 
+/* keep with outputs the caller reads after a run (logits for accuracy)
+ * needs exactly what the dry plan with those outputs says: at that budget
+ * (100%) it trains and evaluates; a byte under it is refused with
+ * both figures in exact bytes (rounded they would read the same) and the
+ * budget keep needs named (issue 16, defects 3 and 4). */
+static void test_keep_outputs_at_100(void) {
+    delta_ctx *c = delta_ctx_new();
+    delta_tensor *loss = tm_convnet(c, 4, 12);
+    delta_tensor *act = delta_ctx_tensor(c, delta_tensor_id(loss) - 1);
+    delta_backward(c, loss);
+    delta_tensor *outs[1] = {act};
+    char err[512];
+    delta_dry_plan dp, dp_out;
+    CHECK(delta_dry_plan_build(c, &dp, err, sizeof err) == DELTA_OK);
+    CHECK(delta_dry_plan_build_outputs(c, outs, 1, &dp_out, err, sizeof err) ==
+          DELTA_OK);
+    CHECK(dp_out.peak_bytes >= dp.peak_bytes);
+    delta_backend *b = delta_backend_cpu_new(
+        &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, err,
+        sizeof err);
+    delta_status st;
+    delta_session_opts so = {.backend = b, .budget_bytes = dp_out.peak_bytes,
+                             .outputs = outs, .n_outputs = 1};
+    delta_session *s = delta_session_new(c, &so, &st, err, sizeof err);
+    CHECK(s != NULL, "keep at 100%% with an output: %s", err);
+    if (s) {
+        CHECK(delta_session_run(s, DELTA_RUN_STEP, NULL) == DELTA_OK);
+        CHECK(delta_session_run(s, DELTA_RUN_EVAL, NULL) == DELTA_OK);
+        delta_session_free(s);
+    }
+    so.budget_bytes = dp_out.peak_bytes - 1; /* rounds alike */
+    CHECK(delta_session_new(c, &so, &st, err, sizeof err) == NULL);
+    char need[48];
+    snprintf(need, sizeof need, "%zu B", dp_out.peak_bytes);
+    CHECK(st == DELTA_ERR_BUDGET && strstr(err, "keep") &&
+              strstr(err, need) && strstr(err, "or more"),
+          "exact figures: %s", err);
+    delta_backend_free(b);
+    delta_ctx_free(c);
+}
+
 static void test_outputs_and_access(void) {
     delta_ctx *c = delta_ctx_new();
     delta_tensor *loss = tm_convnet(c, 4, 12);
@@ -267,6 +308,7 @@ int main(void) {
     TEST_RUN(test_budgets);
     TEST_RUN(test_dtr_exact);
     TEST_RUN(test_outputs_and_access);
+    TEST_RUN(test_keep_outputs_at_100);
     TEST_RUN(test_sim_paper_scale);
     TEST_MAIN_END();
 }

@@ -187,7 +187,7 @@ int outfile_remove_stale_temps(const char *path) {
             strncmp(n + bl, ".delta-", 7) != 0 ||
             strcmp(n + bl + 13, ".tmp") != 0)
             continue;
-        char p[4200];
+        char p[sizeof dir + sizeof e->d_name]; /* room for both: no cut */
         snprintf(p, sizeof p, "%s%s", dir, n);
         struct stat sb;
         if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(p) == 0)

@@ -697,7 +697,11 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     t->ctx = t->shapes[0].ctx;
     t->model = t->shapes[0].model;
     t->n_model_tensors = t->shapes[0].n_model_tensors;
-    st = delta_dry_plan_build(t->ctx, &t->plan, sub, sizeof sub);
+    /* with the logits kept when the run evaluates, as the session keeps
+     * them: --budget 100% (and what plan prints) is what keep needs */
+    delta_tensor *outputs[1] = {t->model.logits};
+    st = delta_dry_plan_build_outputs(t->ctx, outputs, will_evaluate(t) ? 1 : 0,
+                                      &t->plan, sub, sizeof sub);
     double main_s = progress_now() - t0;
     if (st != DELTA_OK) return fail(t, st, "planning the step: %s", sub);
     const delta_model_config *m = &t->model.cfg;

@@ -72,11 +72,22 @@ typedef struct delta_dry_block {
 delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
                                   char *err, size_t err_len);
 
+/* The same with outputs: tensors the caller reads after a run (a session's
+ * outputs, e.g. logits for evaluation) live to the step's end, as keep
+ * places them, so the peak is what keep needs with those outputs. */
+delta_status delta_dry_plan_build_outputs(const delta_ctx *ctx,
+                                          delta_tensor *const *outs,
+                                          int n_outs, delta_dry_plan *plan,
+                                          char *err, size_t err_len);
+
 /* Writes up to cap blocks of the trace (persistent and input roots first in
  * id order, then activation and gradient roots and workspaces by first op)
  * and returns how many there are in all, or -1 if ctx holds an error. */
 int delta_dry_plan_trace(const delta_ctx *ctx, delta_dry_block *blocks,
                          int cap);
+int delta_dry_plan_trace_outputs(const delta_ctx *ctx,
+                                 delta_tensor *const *outs, int n_outs,
+                                 delta_dry_block *blocks, int cap);
 
 #ifdef __cplusplus
 }

@@ -22,8 +22,10 @@ static bool whole_step(const delta_tensor *t) {
 }
 
 /* Fills up to cap blocks, returns the count; -1 if last_use cannot be
- * allocated. */
-static int build_trace(const delta_ctx *ctx, delta_dry_block *out, int cap) {
+ * allocated. The outputs' roots (read by the caller after a run) live to
+ * the step's end. */
+static int build_trace(const delta_ctx *ctx, delta_tensor *const *outs,
+                       int n_outs, delta_dry_block *out, int cap) {
     int nt = ctx->n_tensors, no = ctx->n_ops;
     int end = no > 0 ? no - 1 : 0;
     int *last = malloc(((size_t)nt + 1) * sizeof *last);
@@ -59,6 +61,9 @@ static int build_trace(const delta_ctx *ctx, delta_dry_block *out, int cap) {
                which the caller reads after the step */
             if (l < 0) l = t->grad >= 0 ? end : i;
             if (l < i) l = i;
+            for (int k = 0; k < n_outs; k++)
+                if (outs[k] && delta_tensor_root(ctx, outs[k]->id) == id)
+                    l = end;
             EMIT(id, i, t->kind, delta_pool_round(t->bytes), i, l);
         }
         if (op->workspace > 0)
@@ -70,10 +75,16 @@ static int build_trace(const delta_ctx *ctx, delta_dry_block *out, int cap) {
     return n;
 }
 
+int delta_dry_plan_trace_outputs(const delta_ctx *ctx,
+                                 delta_tensor *const *outs, int n_outs,
+                                 delta_dry_block *blocks, int cap) {
+    if (ctx->status != DELTA_OK) return -1;
+    return build_trace(ctx, outs, n_outs, blocks, blocks ? cap : 0);
+}
+
 int delta_dry_plan_trace(const delta_ctx *ctx, delta_dry_block *blocks,
                          int cap) {
-    if (ctx->status != DELTA_OK) return -1;
-    return build_trace(ctx, blocks, blocks ? cap : 0);
+    return delta_dry_plan_trace_outputs(ctx, NULL, 0, blocks, cap);
 }
 
 /* Distinct storage roots of op's inputs and outputs plus its workspace,
@@ -97,6 +108,13 @@ static size_t op_operand_bytes(const delta_ctx *ctx, const delta_op *op) {
 
 delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
                                   char *err, size_t err_len) {
+    return delta_dry_plan_build_outputs(ctx, NULL, 0, plan, err, err_len);
+}
+
+delta_status delta_dry_plan_build_outputs(const delta_ctx *ctx,
+                                          delta_tensor *const *outs,
+                                          int n_outs, delta_dry_plan *plan,
+                                          char *err, size_t err_len) {
     char dummy[8];
     if (!err) { err = dummy; err_len = sizeof dummy; }
     double t0 = now_s();
@@ -148,12 +166,12 @@ delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
     }
 
     /* trace and plan */
-    int n = build_trace(ctx, NULL, 0);
+    int n = build_trace(ctx, outs, n_outs, NULL, 0);
     delta_dry_block *db = n >= 0 ? malloc(((size_t)n + 1) * sizeof *db) : NULL;
     delta_plan_block *pb = malloc(((size_t)(n > 0 ? n : 0) + 1) * sizeof *pb);
     size_t *offs = malloc(((size_t)(n > 0 ? n : 0) + 1) * sizeof *offs);
     delta_status st = DELTA_ERR_NOMEM;
-    if (db && pb && offs && build_trace(ctx, db, n) == n) {
+    if (db && pb && offs && build_trace(ctx, outs, n_outs, db, n) == n) {
         for (int i = 0; i < n; i++)
             pb[i] = (delta_plan_block){db[i].size, db[i].first, db[i].last, -1};
         delta_plan_stats ps;

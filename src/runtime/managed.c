@@ -516,11 +516,28 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
                        !ctx->ops[t->producer].inplace && !written_in_place[i];
     }
     free(written_in_place);
+    bool *is_out = calloc(n1, sizeof(bool));
+    if (!is_out) goto nomem;
     for (int k = 0; k < o->n_outs; k++) {
         int r = delta_tensor_root(ctx, o->outs[k]->id);
         m->rv[r].persistent = true;
         m->rv[r].droppable = false;
+        is_out[r] = true;
     }
+    /* a static layout (keep) places what no op reads and no caller asked
+     * for (the loss excepted: the caller reads it) at its producer only,
+     * as the dry plan does: it is freed right after it is made */
+    for (int r = 0; m->pol->place && r < nt; r++) {
+        root_view *v = &m->rv[r];
+        const delta_tensor *t = ctx->tensors[r];
+        if (m->is_root[r] && t->producer >= 0 && v->last_use < 0 &&
+            !is_out[r] && t->grad < 0 && t->kind != DELTA_KIND_INPUT &&
+            !delta_kind_persistent(t->kind)) {
+            v->persistent = false;
+            v->last_use = m->end_fwd[r] = t->producer;
+        }
+    }
+    free(is_out);
     m->pst = m->pol->create(m);
     if (!m->pst) goto nomem;
     if (m->pol->arena_need && !arena_fits(m, o, status, err, err_len)) {

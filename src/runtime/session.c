@@ -59,16 +59,22 @@ static const char *fmt_bytes(double b, char *buf) {
  * same program made it before (a run whose shapes change comes back to a
  * shape), else built and stored there. */
 #define DRY_PLAN_KEY "session:dry-plan"
-static delta_status dry_plan_of(delta_ctx *ctx, delta_plan_cache *pc,
+static delta_status dry_plan_of(delta_ctx *ctx, const delta_session_opts *o,
                                 delta_dry_plan *dp, char *err, size_t n) {
+    delta_plan_cache *pc = o->plans;
     uint64_t key = pc ? delta_program_key(ctx) : 0;
+    for (int k = 0; pc && k < o->n_outputs; k++) /* outputs change the plan */
+        key = (key ^ (uint64_t)(o->outputs[k]->id + 1)) * 0x100000001b3ULL;
     size_t bytes = 0;
     const void *blob = plan_cache_get(pc, DRY_PLAN_KEY, key, &bytes);
     if (blob && bytes == sizeof *dp) {
         memcpy(dp, blob, sizeof *dp);
         return DELTA_OK;
     }
-    delta_status st = delta_dry_plan_build(ctx, dp, err, n);
+    /* with the outputs the caller reads after a run kept to the step's
+     * end, as keep places them: --budget 100% is what keep needs */
+    delta_status st = delta_dry_plan_build_outputs(ctx, o->outputs,
+                                                   o->n_outputs, dp, err, n);
     if (st == DELTA_OK && pc) plan_cache_put(pc, DRY_PLAN_KEY, key, dp, sizeof *dp);
     return st;
 }
@@ -133,7 +139,7 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     /* the smallest budget any policy could work in */
     delta_dry_plan dp;
     char perr[256];
-    *status = dry_plan_of(ctx, o->plans, &dp, perr, sizeof perr);
+    *status = dry_plan_of(ctx, o, &dp, perr, sizeof perr);
     if (*status != DELTA_OK) {
         fail(s, err, err_len, "planning failed: %s", perr);
         goto fail;
