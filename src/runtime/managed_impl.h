@@ -8,6 +8,9 @@
 #include "backend/backend.h"
 #include "delta/pool.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 typedef struct mg_slot {
     size_t off;
     int r;
@@ -125,6 +128,44 @@ struct managed {
     uint64_t program_key;      /* delta_program_key(ctx) */
 };
 
+/* ---- rings and small helpers shared by residency.c and launch.c ---- */
+/* Appends to a ring of T (MG_RING), growing it when full (rare: rings are
+ * sized for a step at creation). false when memory cannot be had. */
+#define RING_PUSH(ring, item)                                                 \
+    ring_push((void **)&(ring).a, &(ring).head, &(ring).n, &(ring).cap,       \
+              sizeof *(ring).a, &(item))
+#define RING_AT(ring, i) ((ring).a[((ring).head + (i)) % (ring).cap])
+#define RING_POP(ring)                                                        \
+    ((ring).head = ((ring).head + 1) % (ring).cap, (ring).n--)
+
+static inline bool ring_push(void **a, int *head, int *n, int *cap, size_t size,
+                      const void *item) {
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 64;
+        char *na = malloc(size * (size_t)nc);
+        if (!na) return false;
+        for (int i = 0; i < *n; i++)
+            memcpy(na + size * (size_t)i,
+                   (char *)*a + size * (size_t)((*head + i) % *cap), size);
+        free(*a);
+        *a = na;
+        *head = 0;
+        *cap = nc;
+    }
+    memcpy((char *)*a + size * (size_t)((*head + *n) % *cap), item, size);
+    (*n)++;
+    return true;
+}
+
+static inline const char *mg_tname(const managed *m, int r) {
+    return m->ctx->tensors[r]->name;
+}
+
+static inline void mg_notify(managed *m, int r, managed_event e,
+                             double wait_s) {
+    if (m->pol->on_event) m->pol->on_event(m->pst, m, r, e, wait_s);
+}
+
 /* The last op of the current run that needs non-persistent root r: its
  * last read in a training step, its last forward read (or producer) in a
  * forward-only run. */
@@ -148,9 +189,14 @@ void mg_free_root(managed *m, int r);
  * resident), in order per stream, and drops tags behind complete copies.
  * Never blocks. */
 void mg_collect(managed *m);
+/* launch.c */
 /* Times the ops on the compute stream that are complete, in order. Never
  * blocks. */
 void mg_collect_ops(managed *m);
+/* Launches k (its operands resident, its outputs and workspace placed) on
+ * the compute stream and queues it for timing; is carries the swap-ins it
+ * was made to wait for. The run-ahead throttle is here. */
+void mg_launch(managed *m, const delta_kargs *k, mg_issued *is);
 /* Frees the recomputed temporaries no running op holds; true when any
  * bytes were released. */
 bool mg_free_temps(managed *m);

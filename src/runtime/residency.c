@@ -76,47 +76,12 @@ static void *dev(managed *m, int r) {
     return m->base ? (char *)m->base + m->off[r] : NULL;
 }
 
-static const char *tname(const managed *m, int r) {
-    return m->ctx->tensors[r]->name;
-}
-
-static void notify(managed *m, int r, managed_event e, double wait_s) {
-    if (m->pol->on_event) m->pol->on_event(m->pst, m, r, e, wait_s);
-}
 
 void mg_trace_memory(managed *m) {
     if (m->trace) delta_trace_memory(m->trace, now(m), m->in_use, m->arena);
 }
 
 /* ---- rings --------------------------------------------------------------- */
-
-/* Appends to a ring of T (MG_RING), growing it when full (rare: rings are
- * sized for a step at creation). false when memory cannot be had. */
-#define RING_PUSH(ring, item)                                                 \
-    ring_push((void **)&(ring).a, &(ring).head, &(ring).n, &(ring).cap,       \
-              sizeof *(ring).a, &(item))
-#define RING_AT(ring, i) ((ring).a[((ring).head + (i)) % (ring).cap])
-#define RING_POP(ring)                                                        \
-    ((ring).head = ((ring).head + 1) % (ring).cap, (ring).n--)
-
-static bool ring_push(void **a, int *head, int *n, int *cap, size_t size,
-                      const void *item) {
-    if (*n == *cap) {
-        int nc = *cap ? *cap * 2 : 64;
-        char *na = malloc(size * (size_t)nc);
-        if (!na) return false;
-        for (int i = 0; i < *n; i++)
-            memcpy(na + size * (size_t)i,
-                   (char *)*a + size * (size_t)((*head + i) % *cap), size);
-        free(*a);
-        *a = na;
-        *head = 0;
-        *cap = nc;
-    }
-    memcpy((char *)*a + size * (size_t)((*head + *n) % *cap), item, size);
-    (*n)++;
-    return true;
-}
 
 static int copy_side(delta_stream s) { return s == DELTA_STREAM_TO_HOST ? 0 : 1; }
 
@@ -226,7 +191,7 @@ static void copy_done(managed *m, const mg_copy *c) {
                  c->r);
         delta_trace_span(m->trace,
                          to_host ? DELTA_TRACK_TO_HOST : DELTA_TRACK_TO_DEVICE,
-                         tname(m, c->r), to_host ? "swap_out" : "swap_in", t0,
+                         mg_tname(m, c->r), to_host ? "swap_out" : "swap_in", t0,
                          t1, args);
     }
 }
@@ -235,7 +200,7 @@ static void copy_done(managed *m, const mg_copy *c) {
  * checker, and queues it for collection. */
 static delta_event issue_copy(managed *m, delta_stream s, int r, void *dst,
                               const void *src, size_t bytes) {
-    delta_backend_label(m->b, s, tname(m, r));
+    delta_backend_label(m->b, s, mg_tname(m, r));
     delta_backend_copy(m->b, s, dst, src, bytes);
     mg_copy c = {r, bytes, delta_backend_record(m->b, s)};
     if (!RING_PUSH(m->copies[copy_side(s)], c)) {
@@ -260,7 +225,7 @@ static void release_swap_out(managed *m, int r, bool landed) {
         m->free_after[r] = false;
         v->state = RES_FREE;
         v->host_valid = false;
-        notify(m, r, MEV_FREED, 0);
+        mg_notify(m, r, MEV_FREED, 0);
     } else {
         v->state = RES_HOST;
         v->host_valid = true;
@@ -413,7 +378,7 @@ static void move_block(managed *m, int r, size_t to) {
     DELTA_ASSERTF(delta_replay_move(m->rp, m->off[r], to) == DELTA_OK,
                   "a checked move did not fit: %s", delta_replay_error(m->rp));
     await_tags(m, DELTA_STREAM_COMPUTE, to, sz);
-    delta_backend_label(m->b, DELTA_STREAM_COMPUTE, tname(m, r));
+    delta_backend_label(m->b, DELTA_STREAM_COMPUTE, mg_tname(m, r));
     delta_backend_copy(m->b, DELTA_STREAM_COMPUTE,
                        m->base ? (char *)m->base + to : NULL,
                        m->base ? (char *)m->base + m->off[r] : NULL, sz);
@@ -610,14 +575,14 @@ bool mg_host_alloc(managed *m, int r) {
     if (m->host_limit && bytes > m->host_limit - m->host_in_use)
         return mg_failf(m, DELTA_ERR_NOMEM, "the host store for swapped "
                         "tensors is full: '%s' needs %s more, %s of its "
-                        "limit of %s are held", tname(m, r), need, held,
+                        "limit of %s are held", mg_tname(m, r), need, held,
                         delta_format_bytes((double)m->host_limit, cap,
                                            sizeof cap));
     m->host[r] = delta_backend_host_alloc(m->b, bytes);
     if (!m->host[r])
         return mg_failf(m, DELTA_ERR_NOMEM, "host memory for swapped "
                         "tensors cannot be had: '%s' needs %s more, %s are "
-                        "held", tname(m, r), need, held);
+                        "held", mg_tname(m, r), need, held);
     m->host_in_use += bytes;
     return true;
 }
@@ -633,7 +598,7 @@ bool managed_swap_out(managed *m, int r) {
     if (v->host_valid) { /* the host store already has these bytes */
         pool_give(m, m->off[r], r, NO_EVENT);
         v->state = RES_HOST;
-        notify(m, r, MEV_SWAPPED_OUT, 0);
+        mg_notify(m, r, MEV_SWAPPED_OUT, 0);
         return true;
     }
     if (!host_buffer(m, r)) return false;
@@ -650,7 +615,7 @@ bool managed_swap_out(managed *m, int r) {
     m->outgoing[m->n_outgoing++] = r;
     m->st.swap_out_bytes += v->bytes;
     m->st.swap_outs++;
-    notify(m, r, MEV_SWAPPED_OUT, 0);
+    mg_notify(m, r, MEV_SWAPPED_OUT, 0);
     return true;
 }
 
@@ -663,9 +628,9 @@ bool managed_drop(managed *m, int r) {
     m->st.drops++;
     m->st.dropped_bytes += m->rv[r].bytes;
     if (m->trace)
-        delta_trace_instant(m->trace, DELTA_TRACK_COMPUTE, tname(m, r), "drop",
+        delta_trace_instant(m->trace, DELTA_TRACK_COMPUTE, mg_tname(m, r), "drop",
                             now(m));
-    notify(m, r, MEV_DROPPED, 0);
+    mg_notify(m, r, MEV_DROPPED, 0);
     return true;
 }
 
@@ -825,7 +790,7 @@ static bool swap_in_now(managed *m, int r) {
     if (!ok) return false;
     issue_swap_in(m, r);
     settle_swap_in(m, r);
-    notify(m, r, MEV_RESIDENT, 0);
+    mg_notify(m, r, MEV_RESIDENT, 0);
     return true;
 }
 
@@ -847,7 +812,7 @@ static bool ensure(managed *m, int r) {
          * something dropped: run its producer again */
         DELTA_ASSERTF(v->droppable && v->producer >= 0,
                       "tensor %d (%s) is needed but is gone (%s)", r,
-                      tname(m, r), residency_name(v->state));
+                      mg_tname(m, r), residency_name(v->state));
         return mg_run_op(m, &m->ctx->ops[v->producer], true);
     }
     }
@@ -884,7 +849,7 @@ void mg_free_root(managed *m, int r) {
     }
     v->state = RES_FREE;
     v->host_valid = false;
-    notify(m, r, MEV_FREED, 0);
+    mg_notify(m, r, MEV_FREED, 0);
 }
 
 static bool dead(const managed *m, int r) {
@@ -917,89 +882,6 @@ bool mg_free_temps(managed *m) {
     }
     m->n_temps = k;
     return freed;
-}
-
-/* ---- timing without waiting ----------------------------------------------
- * Every op issued on the compute stream goes into m->issued with its
- * event. Entries are timed from their spans once complete, in order,
- * never by waiting: a policy reads an op's time at least one op after it
- * was issued (and a whole step's at its end). The ring's capacity is the
- * run-ahead bound: a host that far ahead waits for the oldest op (the
- * throttle, counted apart from host_syncs). */
-
-static void time_op(managed *m, const mg_issued *is) {
-    double t0, t1;
-    if (!delta_backend_span(m->b, is->e, &t0, &t1)) return;
-    double dt = t1 - t0;
-    m->device_busy += dt;
-    if (is->recompute) {
-        m->st.recompute_s += dt;
-    } else {
-        m->op_s[is->op] = dt;
-        m->op_measured[is->op] = true;
-    }
-    /* it waited for copies: the time it started after the op before it
-     * ended is a stall when one of them ended after that op */
-    for (int k = 0; k < is->n_awaited; k++) {
-        double c0, c1;
-        if (m->prev_end < 0 ||
-            !delta_backend_span(m->b, is->awaited_e[k], &c0, &c1) ||
-            c1 <= m->prev_end)
-            continue;
-        double w = t0 - m->prev_end;
-        if (w <= 0) continue;
-        m->st.stall_s += w;
-        if (m->trace)
-            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE,
-                             tname(m, is->awaited[k]), "stall", m->prev_end,
-                             t0, NULL);
-        notify(m, is->awaited[k], MEV_LATE, w);
-        break;
-    }
-    m->prev_end = t1;
-    if (m->trace) {
-        const delta_op *op = &m->ctx->ops[is->op];
-        char args[64];
-        snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
-                 (long long)m->step);
-        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, op->name,
-                         is->recompute ? "recompute" : "op", t0, t1, args);
-    }
-}
-
-void mg_collect_ops(managed *m) {
-    while (m->issued.n) {
-        const mg_issued *is = &RING_AT(m->issued, 0);
-        if (!delta_backend_query(m->b, is->e)) break; /* in order */
-        time_op(m, is);
-        RING_POP(m->issued);
-    }
-}
-
-/* Launches op's kernel with its arguments filled in, and queues it for
- * timing. The one place a kernel is run. */
-static void launch(managed *m, const delta_kargs *k, mg_issued *is) {
-    const delta_op *op = k->op;
-    m->ticks++;
-    if (op->type == DELTA_OP_RESHAPE || m->rehearsing) {
-        /* a view launches nothing and takes no time */
-        if (!is->recompute && op->type == DELTA_OP_RESHAPE) {
-            m->op_s[op->id] = 0;
-            m->op_measured[op->id] = true;
-        }
-        return;
-    }
-    if (m->issued.n >= m->issued.cap) { /* the run-ahead bound */
-        delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
-        mg_collect_ops(m);
-    }
-    delta_backend_run(m->b, k);
-    is->e = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
-    DELTA_ASSERT(m->issued.n < m->issued.cap);
-    RING_AT(m->issued, m->issued.n) = *is;
-    m->issued.n++;
-    if (m->blocking) delta_backend_sync(m->b, is->e); /* the old runtime */
-    mg_collect_ops(m);
 }
 
 /* ---- running one op ------------------------------------------------------ */
@@ -1090,7 +972,7 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         }
         if (ws && m->base) k.ws = (char *)m->base + ws_off;
         if (recompute) m->st.recomputed_ops++;
-        launch(m, &k, &is);
+        mg_launch(m, &k, &is);
         for (int j = 0; j < op->n_out; j++) {
             root_view *v = &m->rv[roots[op->n_in + j]];
             if (!recompute) v->host_valid = false; /* new bytes */
@@ -1098,7 +980,7 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         }
         for (int j = 0; j < op->n_in; j++) m->rv[roots[j]].last_access = m->ticks;
         for (int j = 0; j < op->n_out; j++)
-            if (back[j]) notify(m, roots[op->n_in + j], MEV_RESIDENT, 0);
+            if (back[j]) mg_notify(m, roots[op->n_in + j], MEV_RESIDENT, 0);
     }
     m->cur_issue = outer;
     if (ws) pool_give(m, ws_off, m->nt + op->id, NO_EVENT);

@@ -1,0 +1,91 @@
+/* Launching an op on the compute stream and timing it without waiting
+ * (managed.h, "the host runs ahead"): the one place a kernel is run, for
+ * every policy, keep included. */
+#include "runtime/managed_impl.h"
+
+#include <stdio.h>
+
+
+/* ---- timing without waiting ----------------------------------------------
+ * Every op issued on the compute stream goes into m->issued with its
+ * event. Entries are timed from their spans once complete, in order,
+ * never by waiting: a policy reads an op's time at least one op after it
+ * was issued (and a whole step's at its end). The ring's capacity is the
+ * run-ahead bound: a host that far ahead waits for the oldest op (the
+ * throttle, counted apart from host_syncs). */
+
+static void time_op(managed *m, const mg_issued *is) {
+    double t0, t1;
+    if (!delta_backend_span(m->b, is->e, &t0, &t1)) return;
+    double dt = t1 - t0;
+    m->device_busy += dt;
+    if (is->recompute) {
+        m->st.recompute_s += dt;
+    } else {
+        m->op_s[is->op] = dt;
+        m->op_measured[is->op] = true;
+    }
+    /* it waited for copies: the time it started after the op before it
+     * ended is a stall when one of them ended after that op */
+    for (int k = 0; k < is->n_awaited; k++) {
+        double c0, c1;
+        if (m->prev_end < 0 ||
+            !delta_backend_span(m->b, is->awaited_e[k], &c0, &c1) ||
+            c1 <= m->prev_end)
+            continue;
+        double w = t0 - m->prev_end;
+        if (w <= 0) continue;
+        m->st.stall_s += w;
+        if (m->trace)
+            delta_trace_span(m->trace, DELTA_TRACK_COMPUTE,
+                             mg_tname(m, is->awaited[k]), "stall", m->prev_end,
+                             t0, NULL);
+        mg_notify(m, is->awaited[k], MEV_LATE, w);
+        break;
+    }
+    m->prev_end = t1;
+    if (m->trace) {
+        const delta_op *op = &m->ctx->ops[is->op];
+        char args[64];
+        snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
+                 (long long)m->step);
+        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, op->name,
+                         is->recompute ? "recompute" : "op", t0, t1, args);
+    }
+}
+
+void mg_collect_ops(managed *m) {
+    while (m->issued.n) {
+        const mg_issued *is = &RING_AT(m->issued, 0);
+        if (!delta_backend_query(m->b, is->e)) break; /* in order */
+        time_op(m, is);
+        RING_POP(m->issued);
+    }
+}
+
+/* Launches op's kernel with its arguments filled in, and queues it for
+ * timing. The one place a kernel is run. */
+void mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
+    const delta_op *op = k->op;
+    m->ticks++;
+    if (op->type == DELTA_OP_RESHAPE || m->rehearsing) {
+        /* a view launches nothing and takes no time */
+        if (!is->recompute && op->type == DELTA_OP_RESHAPE) {
+            m->op_s[op->id] = 0;
+            m->op_measured[op->id] = true;
+        }
+        return;
+    }
+    if (m->issued.n >= m->issued.cap) { /* the run-ahead bound */
+        delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
+        mg_collect_ops(m);
+    }
+    delta_backend_run(m->b, k);
+    is->e = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
+    DELTA_ASSERT(m->issued.n < m->issued.cap);
+    RING_AT(m->issued, m->issued.n) = *is;
+    m->issued.n++;
+    if (m->blocking) delta_backend_sync(m->b, is->e); /* the old runtime */
+    mg_collect_ops(m);
+}
+
