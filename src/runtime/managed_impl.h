@@ -92,7 +92,6 @@ struct managed {
     double device_busy;        /* compute seconds timed this run */
     bool blocking;             /* the old runtime, for comparison: the host
                                   waits for every op */
-    bool rehearsing;           /* allocations only, nothing launched */
     double run_s;              /* the last run's time on the device */
     int *temps;                /* roots recomputed only for a recomputation,
                                   past their last use: freed after the

@@ -142,7 +142,7 @@ static bool pool_take(managed *m, size_t bytes, int key, bool untraced,
     }
     if (st != DELTA_OK) return false;
     m->in_use += delta_pool_round(bytes);
-    if (!m->rehearsing) await_tags(m, s, *off, delta_pool_round(bytes));
+    await_tags(m, s, *off, delta_pool_round(bytes));
     mg_trace_memory(m);
     return true;
 }
