@@ -50,14 +50,6 @@ double delta_exec_op_seconds(const delta_exec *ex, int op_id);
 int64_t delta_exec_step(const delta_exec *ex);
 void delta_exec_set_step(delta_exec *ex, int64_t step);
 
-/* Fills a tensor as its init spec says, with draws keyed by (seed, id). */
-void delta_init_fill(float *data, int64_t n, delta_init init, uint64_t seed,
-                     int tensor_id);
-/* Gives t's first value at data: its init spec (F32 with one), else zeros.
- * Every executor and runtime starts persistent tensors this way, so they
- * all start from the same bits. */
-void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed);
-
 #ifdef __cplusplus
 }
 #endif

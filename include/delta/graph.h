@@ -107,6 +107,14 @@ delta_tensor *delta_ctx_tensor(const delta_ctx *ctx, int id);
 /* Tensor by name, or NULL. */
 delta_tensor *delta_ctx_find(const delta_ctx *ctx, const char *name);
 
+/* Fills a tensor as its init spec says, with draws keyed by (seed, id). */
+void delta_init_fill(float *data, int64_t n, delta_init init, uint64_t seed,
+                     int tensor_id);
+/* Gives t's first value at data: its init spec (F32 with one), else zeros.
+ * Every executor and runtime starts persistent tensors this way, so they
+ * all start from the same bits. */
+void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed);
+
 /* ---- forward ops -------------------------------------------------------
  * Each returns the op's (first) output, a new ACTIVATION tensor. */
 

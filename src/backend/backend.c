@@ -2,7 +2,7 @@
  * public accessors of delta/backend.h and the few helpers of
  * src/backend/backend.h that are more than one call. */
 #include "backend/backend.h"
-#include "delta/exec.h"
+#include "delta/graph.h"
 
 void delta_backend_free(delta_backend *b) {
     if (!b) return;
