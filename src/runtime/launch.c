@@ -25,23 +25,25 @@ static void time_op(managed *m, const mg_issued *is) {
         m->op_s[is->op] = dt;
         m->op_measured[is->op] = true;
     }
-    /* it waited for copies: the time it started after the op before it
-     * ended is a stall when one of them ended after that op */
-    for (int k = 0; k < is->n_awaited; k++) {
-        double c0, c1;
-        if (m->prev_end < 0 ||
-            !delta_backend_span(m->b, is->awaited_e[k], &c0, &c1) ||
-            c1 <= m->prev_end)
-            continue;
-        double w = t0 - m->prev_end;
-        if (w <= 0) continue;
+    /* compute waited for copies before it: the time it started after the
+     * op before it ended is a stall (a gap without such a wait is the
+     * host's: it issued the op late); the policy hears of the first of its
+     * swap-ins that ended after that op, if any, as late */
+    double w = is->waited && m->prev_end >= 0 ? t0 - m->prev_end : 0;
+    if (w > 0) {
         m->st.stall_s += w;
+        int late = -1;
+        for (int k = 0; k < is->n_awaited && late < 0; k++) {
+            double c0, c1;
+            if (delta_backend_span(m->b, is->awaited_e[k], &c0, &c1) &&
+                c1 > m->prev_end)
+                late = is->awaited[k];
+        }
         if (m->trace)
             delta_trace_span(m->trace, DELTA_TRACK_COMPUTE,
-                             mg_tname(m, is->awaited[k]), "stall", m->prev_end,
-                             t0, NULL);
-        mg_notify(m, is->awaited[k], MEV_LATE, w);
-        break;
+                             late >= 0 ? mg_tname(m, late) : "wait for copies",
+                             "stall", m->prev_end, t0, NULL);
+        if (late >= 0) mg_notify(m, late, MEV_LATE, w);
     }
     m->prev_end = t1;
     if (m->trace) {

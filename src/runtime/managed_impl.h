@@ -43,6 +43,9 @@ typedef struct mg_issued {
     int op;
     bool recompute;
     delta_event e;                    /* the op's item on compute */
+    bool waited;                      /* compute waited on a copy for it
+                                         (a swap-in, or bytes a copy still
+                                         held): a late start is a stall */
     int n_awaited;
     int awaited[DELTA_MAX_OP_IN];     /* roots swapped in for it */
     delta_event awaited_e[DELTA_MAX_OP_IN];

@@ -114,7 +114,10 @@ static void await_tags(managed *m, delta_stream s, size_t off, size_t size) {
                 t->e.seq > last.seq)
                 last = t->e;
         }
-        if (last.seq) delta_backend_wait(m->b, s, last);
+        if (!last.seq) continue;
+        delta_backend_wait(m->b, s, last);
+        if (s == DELTA_STREAM_COMPUTE && m->cur_issue)
+            m->cur_issue->waited = true;
     }
 }
 
@@ -298,6 +301,7 @@ void mg_collect(managed *m) {
 static void settle_swap_in(managed *m, int r) {
     delta_backend_wait(m->b, DELTA_STREAM_COMPUTE, m->ev[r]);
     mg_issued *is = m->cur_issue;
+    if (is) is->waited = true;
     if (is && is->n_awaited < DELTA_MAX_OP_IN) {
         is->awaited[is->n_awaited] = r;
         is->awaited_e[is->n_awaited++] = m->ev[r];
@@ -313,6 +317,7 @@ static void join_copies(managed *m) {
                        delta_backend_record(m->b, DELTA_STREAM_TO_HOST));
     delta_backend_wait(m->b, DELTA_STREAM_COMPUTE,
                        delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE));
+    if (m->cur_issue) m->cur_issue->waited = true;
     for (int i = 0; i < m->copies[1].n; i++) {
         int r = RING_AT(m->copies[1], i).r;
         if (m->rv[r].state == RES_TO_DEVICE) m->rv[r].state = RES_DEVICE;
@@ -894,6 +899,7 @@ static bool make_output(managed *m, int r, bool recompute, bool *temp) {
         return true;
     case RES_TO_HOST: { /* written again: after the copy has read it */
         delta_backend_wait(m->b, DELTA_STREAM_COMPUTE, m->ev[r]);
+        if (m->cur_issue) m->cur_issue->waited = true;
         int k = 0;
         for (int i = 0; i < m->n_outgoing; i++)
             if (m->outgoing[i] != r) m->outgoing[k++] = m->outgoing[i];
