@@ -46,6 +46,14 @@ static void time_op(managed *m, const mg_issued *is) {
         if (late >= 0) mg_notify(m, late, MEV_LATE, w);
     }
     m->prev_end = t1;
+    /* the device ran behind the modelled timeline (it stalled, or ops took
+     * longer): the rest of it moves by as much */
+    if (m->step_t0 < 0)
+        delta_backend_event_time(m->b, m->step_begin, &m->step_t0);
+    if (m->step_t0 >= 0 && !is->recompute) {
+        double lag = (t1 - m->step_t0) - is->vt_end;
+        if (lag > 0) m->vt += lag;
+    }
     if (m->trace) {
         const delta_op *op = &m->ctx->ops[is->op];
         char args[64];
@@ -83,6 +91,8 @@ void mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
         mg_collect_ops(m);
     }
     delta_backend_run(m->b, k);
+    m->vt += managed_op_seconds(m, op->id); /* the modelled timeline */
+    is->vt_end = m->vt;
     is->e = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
     DELTA_ASSERT(m->issued.n < m->issued.cap);
     RING_AT(m->issued, m->issued.n) = *is;

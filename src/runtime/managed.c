@@ -164,6 +164,8 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     m->step_begin = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
     m->prev_end = -1;
     m->device_busy = 0;
+    m->vt = m->link_free = 0;
+    m->step_t0 = -1;
     m->cur_op = -1;
     /* a training step is a replay step (residency.c, "Layout"); forward and
      * eval runs are placed online and leave the plan alone */
@@ -331,6 +333,7 @@ void managed_free(managed *m) {
     free(m->ev);
     free(m->free_after);
     free(m->outgoing);
+    free(m->out_end);
     free(m->host_written);
     free(m->host_read);
     for (int k = 0; k < 2; k++) {
@@ -452,6 +455,7 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->ev = calloc(n1, sizeof(delta_event));
     m->free_after = calloc(n1, sizeof(bool));
     m->outgoing = calloc(n1, sizeof(int));
+    m->out_end = calloc(n1, sizeof(double));
     m->host_written = calloc(n1, sizeof(delta_event));
     m->host_read = calloc(n1, sizeof(delta_event));
     m->blocking = o->sync_every_op;
@@ -473,7 +477,7 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
-        !m->host || !m->ev || !m->free_after || !m->outgoing ||
+        !m->host || !m->ev || !m->free_after || !m->outgoing || !m->out_end ||
         !m->host_written || !m->host_read ||
         !m->issued.a || !m->temps || !m->is_temp || !m->scratch ||
         !m->gaps || !m->gap_off || !m->dest || !m->order ||

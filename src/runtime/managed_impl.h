@@ -43,6 +43,7 @@ typedef struct mg_issued {
     int op;
     bool recompute;
     delta_event e;                    /* the op's item on compute */
+    double vt_end;                    /* the modelled timeline after it */
     bool waited;                      /* compute waited on a copy for it
                                          (a swap-in, or bytes a copy still
                                          held): a late start is a stall */
@@ -80,6 +81,18 @@ struct managed {
                                   not kept, when its bytes are released */
     int *outgoing;             /* roots in RES_TO_HOST, in issue order */
     int n_outgoing;
+    /* The step's predicted device timeline (seconds from its start): vt is
+     * where compute is at the op being issued (the modelled times of the
+     * ops issued so far), out_end[r] where r's swap-out is predicted to
+     * land, link_free when the to-host stream is predicted free. A
+     * swap-out's bytes go back when vt passes its predicted landing, so
+     * the allocation sequence depends on the model, never on when the host
+     * happens to see a copy land. Each op timed shifts vt by how far the
+     * device ran behind the model (stalls, slow kernels). */
+    double vt, link_free;
+    double *out_end;
+    double step_t0;            /* the device's time at the step's start; < 0
+                                  until known */
     delta_event *host_written; /* per root: the last swap-out writing its
                                   host buffer (a swap-in of it waits) */
     delta_event *host_read;    /* per root: the last swap-in reading its

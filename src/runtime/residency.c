@@ -265,16 +265,18 @@ static bool release_swap_outs_in(managed *m, size_t at, size_t need) {
 }
 
 void mg_collect(managed *m) {
-    /* swap-outs whose copy the host knows complete give their bytes back;
-     * they complete in issue order, so the first unfinished one ends it */
+    /* swap-outs predicted to have landed by where compute is give their
+     * bytes back (tagged with the copy's event when the host has not seen
+     * it complete: a late copy costs a device-side wait, not the plan);
+     * they land in issue order, so the first one still ahead ends it */
     for (int i = 0; i < m->n_outgoing;) {
         int r = m->outgoing[i];
-        if (!delta_backend_query(m->b, m->ev[r])) break;
+        if (m->out_end[r] > m->vt) break;
         if (m->pins[r] > 0) { /* an op being run reads it */
             i++;
             continue;
         }
-        release_swap_out(m, r, true);
+        release_swap_out(m, r, delta_backend_query(m->b, m->ev[r]));
     }
     for (int side = 0; side < 2; side++) {
         while (m->copies[side].n) {
@@ -616,6 +618,15 @@ bool managed_swap_out(managed *m, int r) {
         delta_backend_wait(m->b, DELTA_STREAM_TO_HOST, m->host_read[r]);
     m->ev[r] = m->host_written[r] = issue_copy(
         m, DELTA_STREAM_TO_HOST, r, m->host[r], dev(m, r), v->bytes);
+    /* after compute's work so far and the copies queued before it, at the
+     * backend's nominal link: a figure that does not move from step to
+     * step (the fitted link does, a little, with every sample), so a
+     * repeating step releases at the same ops and replays its plan */
+    double start = m->vt > m->link_free ? m->vt : m->link_free;
+    double lat = m->b->link_latency_s > 0 ? m->b->link_latency_s : 0;
+    m->out_end[r] = m->link_free =
+        start + lat +
+        (m->b->link_bps > 0 ? (double)v->bytes / m->b->link_bps : 0);
     v->state = RES_TO_HOST;
     m->outgoing[m->n_outgoing++] = r;
     m->st.swap_out_bytes += v->bytes;
