@@ -170,4 +170,5 @@ void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
     op->flops = flops;
     op->bytes = bytes;
     op->workspace = ws;
+    op->dtype = x ? x->dtype : DELTA_F32;
 }

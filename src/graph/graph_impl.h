@@ -95,6 +95,9 @@ typedef struct delta_op {
     size_t workspace;
     bool recomputable;  /* pure function of its inputs (and RNG key) */
     bool inplace;       /* outputs are existing persistent tensors */
+    delta_dtype dtype;  /* what it computes on: its first input's dtype
+                           (F32 for ops without inputs); a BF16 product is
+                           priced at the device's BF16 rate */
     char name[DELTA_NAME_LEN];
 } delta_op;
 
