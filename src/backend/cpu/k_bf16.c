@@ -14,8 +14,11 @@
  * and pthread builds). Converting bf16 -> fp32 is exact and the products
  * accumulate in fp32 either way, so converting blocks and calling
  * delta_gemm gives what an fp32-accumulating bf16 GEMM gives, on whichever
- * GEMM path is selected; the conversions cost (M K + K N) / NB element
- * moves per 2 M N K flops (bench/bench_kernels.c --bf16 measures it). */
+ * GEMM path is selected. Measured once (2 shared, loaded cores, built-in
+ * GEMM, GPT-2 small shapes M 4096, N/K 768/3072): 0.15-0.5x the fp32
+ * GEMM's FLOP/s, noisy; the cost is the block conversions and GEMMs on
+ * 256 x 256 blocks. Converting inside the GEMM's own packing would remove
+ * both; the CPU is the reference, not the fast path. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/parallel.h"
 #include "backend/kernel_shapes.h"
@@ -95,21 +98,16 @@ void delta_cpu_run_widened(const delta_kargs *k, delta_kernel_fn fn) {
 
 /* ---- GEMM ------------------------------------------------------------------ */
 
-/* dst (rows x cols, row stride cols) = op(src)[r0.., c0..] as fp32, where
- * src is row-major with row stride ld and op transposes when t. */
-static void widen_block(bool t, const uint16_t *src, int64_t ld, int64_t r0,
+/* dst (rows x cols, row stride cols) = src[r0.., c0..] as fp32, src
+ * row-major with row stride ld: a block in the operand's stored layout, so
+ * every read is a contiguous run (the transposes are the GEMM's). */
+static void widen_block(const uint16_t *src, int64_t ld, int64_t r0,
                         int64_t rows, int64_t c0, int64_t cols, float *dst) {
     PAR_FOR(rows * cols > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *s = src + (r0 + r) * ld + c0;
         float *d = dst + r * cols;
-        if (!t) {
-            const uint16_t *s = src + (r0 + r) * ld + c0;
-            for (int64_t c = 0; c < cols; c++) d[c] = delta_bf16_to_f32(s[c]);
-        } else {
-            const uint16_t *s = src + c0 * ld + (r0 + r);
-            for (int64_t c = 0; c < cols; c++)
-                d[c] = delta_bf16_to_f32(s[c * ld]);
-        }
+        for (int64_t c = 0; c < cols; c++) d[c] = delta_bf16_to_f32(s[c]);
     }
 }
 
@@ -128,13 +126,19 @@ void delta_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     float *wc = (float *)((char *)ws + sa + sb);
     for (int64_t j0 = 0; j0 < n; j0 += NB) {
         int64_t nb = n - j0 < NB ? n - j0 : NB;
-        widen_block(tb, b, ldb, 0, k, j0, nb, wb);     /* op(B)[:, j0..] */
+        /* op(B)[:, j0..j0+nb]: rows j0.. of B (N x K) when transposed, else
+         * columns j0.. of B (K x N) */
+        if (tb) widen_block(b, ldb, j0, nb, 0, k, wb);
+        else widen_block(b, ldb, 0, k, j0, nb, wb);
+        int64_t lwb = tb ? k : nb;
         for (int64_t i0 = 0; i0 < m; i0 += MB) {
             int64_t mb = m - i0 < MB ? m - i0 : MB;
-            widen_block(ta, a, lda, i0, mb, 0, k, wa); /* op(A)[i0.., :] */
+            if (ta) widen_block(a, lda, 0, k, i0, mb, wa);
+            else widen_block(a, lda, i0, mb, 0, k, wa);
+            int64_t lwa = ta ? mb : k;
             if (k > 0)
-                delta_gemm(false, false, mb, nb, k, alpha, wa, k, wb, nb,
-                           0.0f, wc, nb);
+                delta_gemm(ta, tb, mb, nb, k, alpha, wa, lwa, wb, lwb, 0.0f,
+                           wc, nb);
             else
                 memset(wc, 0, (size_t)(mb * nb) * sizeof(float));
             PAR_FOR(mb * nb > PAR_MIN)
