@@ -27,7 +27,9 @@ bool delta_op_widens_bf16(delta_op_type t) {
     case DELTA_OP_AVGPOOL2D_BWD:
     case DELTA_OP_GLOBAL_AVGPOOL:
     case DELTA_OP_GLOBAL_AVGPOOL_BWD:
-    /* TEMPORARY: to be made native */
+    /* the others that meet BF16: exact this way too, but their copies make
+     * BF16's transient workspace (cross_entropy_bwd on GPT-2's logits is
+     * the largest); native kernels are the next step (docs/KERNELS.md) */
     case DELTA_OP_RELU: case DELTA_OP_RELU_BWD: case DELTA_OP_GELU:
     case DELTA_OP_GELU_BWD: case DELTA_OP_ADD: case DELTA_OP_MUL:
     case DELTA_OP_SCALE: case DELTA_OP_DROPOUT: case DELTA_OP_DROPOUT_BWD:
