@@ -78,9 +78,22 @@ static void test_parse_values(void) {
         {"--model", "mlp", "--seq-len-range", "9:3", NULL},
         {"--model", "mlp", "--steps", NULL},
         {"--steps", "3", NULL},
+        {"--model", "mlp", "--precision", "fp16", NULL},
+        {"--model", "mlp", "--precision", "", NULL},
+        {"--model", "mlp", "--precision", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(parse(&c, bad[i]) == 2, "bad case %zu", i);
+    static const char *const bf16[] = {"--model", "gpt2-tiny", "--precision",
+                                       "bf16", NULL};
+    CHECK(parse(&c, bf16) == -1 &&
+          c.model.precision == DELTA_PRECISION_BF16);
+    static const char *const fp32[] = {"--model", "mlp", NULL};
+    CHECK(parse(&c, fp32) == -1 &&
+          c.model.precision == DELTA_PRECISION_FP32, "fp32 by default");
+    static const char *const cuda[] = {"--model", "mlp", "--precision",
+                                       "bf16", "--backend", "cuda", NULL};
+    CHECK(parse(&c, cuda) == 2, "bf16 on cuda refused (no BF16 kernels)");
 }
 
 /* Defect 9: the rate on the last line of a run is over its recent steps,

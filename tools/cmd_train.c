@@ -33,6 +33,10 @@ static void usage(FILE *f) {
 "  --layers N --hidden N --heads N --seq-len N --vocab N  (transformers;\n"
 "                       --hidden is the hidden width of mlp too)\n"
 "  --dropout P          transformers (default 0.1); 0 disables it\n"
+"  --precision P        fp32 (default) or bf16: products on BF16 operands\n"
+"                       summed in fp32, BF16 activations, fp32 master\n"
+"                       weights and optimizer state (docs/KERNELS.md);\n"
+"                       cpu and sim backends only for now\n"
 "  --seq-len-range A:B  transformers: each step draws its sequence length\n"
 "                       uniformly in [A, B] from (seed, step) and trains on\n"
 "                       the first T tokens of each sample (of B); B may not\n"
@@ -152,7 +156,7 @@ enum {
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
-    OPT_CHECK_STREAMS,
+    OPT_CHECK_STREAMS, OPT_PRECISION,
 };
 
 static const struct option long_opts[] = {
@@ -199,6 +203,7 @@ static const struct option long_opts[] = {
     {"run-ahead", required_argument, NULL, OPT_RUN_AHEAD},
     {"sync-every-op", no_argument, NULL, OPT_SYNC_EVERY_OP},
     {"check-streams", no_argument, NULL, OPT_CHECK_STREAMS},
+    {"precision", required_argument, NULL, OPT_PRECISION},
     {NULL, 0, NULL, 0},
 };
 
@@ -471,6 +476,10 @@ static int parse_args(int argc, char **argv, train_config *c,
         }
         case OPT_SYNC_EVERY_OP: c->sync_every_op = true; break;
         case OPT_CHECK_STREAMS: c->check_streams = true; break;
+        case OPT_PRECISION:
+            if (!delta_precision_parse(a, &c->model.precision))
+                return usage_error("--precision '%s': use fp32 or bf16", a);
+            break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);
@@ -504,6 +513,11 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (c->link_set && c->backend == TRAIN_BACKEND_CUDA)
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
+    if (c->model.precision == DELTA_PRECISION_BF16 &&
+        c->backend == TRAIN_BACKEND_CUDA)
+        return usage_error("--precision bf16: the CUDA backend has no BF16 "
+                           "kernels yet; use --backend cpu or sim, or "
+                           "--precision fp32");
     if (c->device_jitter && c->backend != TRAIN_BACKEND_CPU)
         return usage_error("--device-jitter delays the cpu backend's "
                            "streams; use it with --backend cpu");

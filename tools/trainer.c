@@ -705,19 +705,21 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     double main_s = progress_now() - t0;
     if (st != DELTA_OK) return fail(t, st, "planning the step: %s", sub);
     const delta_model_config *m = &t->model.cfg;
+    const char *bf16 = m->precision == DELTA_PRECISION_BF16
+                           ? "; precision bf16 (fp32 master weights)" : "";
     if (t->image)
         info(t, "model: %s, %.2fM parameters, batch %" PRId64 ", %" PRId64
-             "x%" PRId64 "x%" PRId64 " images, %" PRId64 " classes; %s lr %g",
+             "x%" PRId64 "x%" PRId64 " images, %" PRId64 " classes; %s lr %g%s",
              m->name, (double)t->model.n_params / 1e6, m->batch, m->channels,
              m->image_size, m->image_size, m->classes, t->optimizer_name,
-             t->lr);
+             t->lr, bf16);
     else
         info(t, "model: %s, %.2fM parameters, batch %" PRId64 " x %s%" PRId64
-             " tokens, vocab %" PRId64 ", dropout %g; %s lr %g", m->name,
+             " tokens, vocab %" PRId64 ", dropout %g; %s lr %g%s", m->name,
              (double)t->model.n_params / 1e6, m->batch,
              c->seq_len_max ? seq_range_str(c, sub, sizeof sub) : "",
              m->seq_len, m->vocab, (double)m->dropout, t->optimizer_name,
-             t->lr);
+             t->lr, bf16);
 
     if (c->json) {
         /* a resumed run continues its log (json_log_resume below) */

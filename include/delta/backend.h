@@ -49,6 +49,9 @@ typedef struct delta_gpu_preset {
     double memory_bytes;       /* nominal capacity in GiB x 2^30 */
     double fp32_flops;         /* peak FLOP/s, fp32 CUDA cores */
     double tensor_flops;       /* peak FLOP/s, tf32 (A100/H100) or fp16 (V100) */
+    double bf16_flops;         /* dense BF16 tensor-core peak FLOP/s (V100
+                                  has no BF16: its fp16 tensor peak); BF16
+                                  products are priced at it */
     double hbm_bytes_per_s;
     double link_bytes_per_s;   /* effective host link, per direction */
     double link_latency_s;

@@ -48,8 +48,9 @@ const char *delta_status_name(delta_status s);
 typedef enum delta_dtype {
     DELTA_F32 = 0,
     DELTA_I32,
-    DELTA_F16,   /* reserved for mixed precision: not computed yet */
-    DELTA_BF16,  /* reserved for mixed precision: not computed yet */
+    DELTA_F16,   /* reserved: not computed */
+    DELTA_BF16,  /* bfloat16: stored in 16 bits, computed in fp32 (mixed
+                    precision; docs/KERNELS.md) */
     DELTA_DTYPE_COUNT
 } delta_dtype;
 

@@ -199,6 +199,12 @@ delta_status delta_split(delta_ctx *ctx, delta_tensor *x, int dim, int n,
 /* Concatenates n tensors (n <= DELTA_MAX_OP_IN) along dim. */
 delta_tensor *delta_concat(delta_ctx *ctx, delta_tensor *const *xs, int n,
                            int dim);
+/* x converted to dtype (F32 <-> BF16; to BF16 rounds to nearest, ties to
+ * even). Returns x itself when it already has that dtype. Its gradient is
+ * the cast of the output's gradient back to x's dtype, so an F32 parameter
+ * cast to BF16 for a product still gets an F32 gradient. Mixed precision
+ * is built from this op: products take operands of one dtype. */
+delta_tensor *delta_cast(delta_ctx *ctx, delta_tensor *x, delta_dtype dtype);
 
 /* ---- autograd and optimizers ------------------------------------------ */
 

@@ -49,6 +49,26 @@ typedef enum delta_model_task {
     DELTA_TASK_MASKED_LM,     /* masked tokens -> original tokens (BERT) */
 } delta_model_task;
 
+/* The precision a model trains in (docs/KERNELS.md, "Mixed precision").
+ * FP32: every tensor F32. BF16, as PyTorch's autocast: parameters, their
+ * gradients and optimizer state stay F32 (master weights); each step casts
+ * the weights products need to BF16, products (matmul, linear, conv2d and
+ * their gradients, attention's two products) take BF16 operands and sum in
+ * fp32; activations and their gradients are BF16, and normalisations,
+ * softmax and the loss compute in fp32 inside their kernels; the loss is
+ * F32. */
+typedef enum delta_precision {
+    DELTA_PRECISION_FP32 = 0,
+    DELTA_PRECISION_BF16,
+    DELTA_PRECISION_COUNT
+} delta_precision;
+
+/* "fp32", "bf16" ("?" for others). */
+const char *delta_precision_name(delta_precision p);
+/* Parses "fp32" or "bf16" into *out; false (and *out untouched) for
+ * anything else. */
+bool delta_precision_parse(const char *s, delta_precision *out);
+
 /* dropout value that asks for the model's default. */
 #define DELTA_MODEL_DROPOUT_DEFAULT (-1.0f)
 
@@ -74,6 +94,7 @@ typedef struct delta_model_config {
      * is longer; 512 for BERT, where seq_len may not exceed it */
     int64_t positions;
     float dropout;        /* see above; must be < 1 */
+    delta_precision precision; /* FP32 (the zero default) or BF16 */
 } delta_model_config;
 
 /* What a built model exposes. */

@@ -261,7 +261,8 @@ long delta_backend_check_violations(const delta_backend *b, const char **msg);
  *   DELTA_SIM_LAUNCH_S + max(flops / (peak * eff_compute),
  *                            bytes / (hbm * DELTA_SIM_EFF_MEM))
  * where GEMM-like ops (matmul, linear, conv2d, conv2d_dx, conv2d_dw) use
- * peak = tensor_flops (tensor_cores) or fp32_flops and DELTA_SIM_EFF_GEMM,
+ * peak = bf16_flops (BF16 operands), tensor_flops (tensor_cores) or
+ * fp32_flops and DELTA_SIM_EFF_GEMM,
  * and every other op fp32_flops and DELTA_SIM_EFF_OTHER.
  * A copy takes link_latency_s + bytes / link_bytes_per_s. These are device
  * times; the host's costs (the sim's host clock) are the preset's
@@ -285,6 +286,15 @@ double delta_sim_copy_seconds(const delta_gpu_preset *gpu, double bytes);
  * thread count, then cached), and the default link it implies:
  * flops / DELTA_CPU_FLOPS_PER_BYTE bytes/s. */
 #define DELTA_CPU_FLOPS_PER_BYTE 1000.0
+/* The same ratio for BF16 programs: GEMMs run ~15x faster on BF16 tensor
+ * cores while the link does not, so one byte per 15,000 flops keeps the
+ * cpu's emulated balance where an H100's is (989 TFLOP/s dense BF16 at the
+ * sim's 0.7 GEMM efficiency over 50 GB/s is ~13,800; at peak over the 54.7
+ * GB/s measured ~18,100). Not selected yet: the cpu backend's default link
+ * is chosen when it is created, before any program; the runtime or the
+ * tool should pass DELTA_CPU_FLOPS_PER_BYTE_BF16 when the program computes
+ * in BF16 (docs/KERNELS.md, "Mixed precision"). */
+#define DELTA_CPU_FLOPS_PER_BYTE_BF16 15000.0
 double delta_cpu_gemm_flops(void);
 
 #endif

@@ -60,15 +60,18 @@ static delta_tensor *grads_total(delta_ctx *ctx, grads *g, int id) {
 static delta_tensor *zeros_like(delta_ctx *ctx, const delta_tensor *x) {
     delta_op_attrs a = delta_attrs0();
     a.value = 0;
-    return delta_op1(ctx, DELTA_OP_FILL, NULL, 0, a, DELTA_F32, x->ndim,
+    return delta_op1(ctx, DELTA_OP_FILL, NULL, 0, a, x->dtype, x->ndim,
                      x->shape);
 }
 
-/* A backward op of one output shaped like `like`. */
+/* A backward op of one output shaped like `like`, of its dtype: a
+ * gradient always has the dtype of what it is the gradient of, so
+ * contributions to one tensor can be summed and an F32 parameter gets an
+ * F32 gradient. */
 static delta_tensor *bwd1(delta_ctx *ctx, delta_op_type type,
                           const delta_tensor *const *ins, int n_in,
                           delta_op_attrs a, const delta_tensor *like) {
-    return delta_op1(ctx, type, ins, n_in, a, DELTA_F32, like->ndim,
+    return delta_op1(ctx, type, ins, n_in, a, like->dtype, like->ndim,
                      like->shape);
 }
 
@@ -136,7 +139,7 @@ static bool bwd_multi(delta_ctx *ctx, delta_op_type type,
     op->a = a;
     int id = op->id;
     for (int i = 0; i < n_out; i++) {
-        outs[i] = delta_op_add_output(ctx, &ctx->ops[id], DELTA_F32,
+        outs[i] = delta_op_add_output(ctx, &ctx->ops[id], likes[i]->dtype,
                                       likes[i]->ndim, likes[i]->shape);
         if (!outs[i]) return false;
     }
@@ -299,6 +302,8 @@ static bool op_bwd(delta_ctx *ctx, grads *g, const delta_op *op,
     }
     case DELTA_OP_FILL:
         return true;
+    case DELTA_OP_CAST:
+        return grads_add(ctx, g, x, delta_cast(ctx, dy, x->dtype));
     default:
         delta_ctx_fail(ctx, DELTA_ERR_UNSUPPORTED,
                        "backward: op %d (%s) has no gradient rule", op->id,

@@ -1,7 +1,48 @@
 /* The cost model inputs of every op: floating-point operations, bytes read
  * and written, and scratch workspace. The simulator and the policies plan
- * from these; they are estimates of the work, not measurements. */
+ * from these; they are estimates of the work, not measurements.
+ *
+ * Per dtype: bytes are each tensor's own (2 per BF16 element, 4 per F32);
+ * FLOPs do not depend on the dtype (a BF16 product does the same
+ * multiply-adds; the simulator prices them at the device's BF16 rate);
+ * workspace adds what the CPU kernels need to compute BF16 in fp32: the
+ * blocked conversions of the BF16 GEMM, or the fp32 copies of a widened
+ * op's operands (delta_op_widens_bf16). */
 #include "graph/graph_impl.h"
+
+bool delta_op_widens_bf16(delta_op_type t) {
+    switch (t) {
+    /* ResNet's ops: convolutions (im2col is fp32), batch norm and pools.
+     * Native BF16 kernels for these would drop the copies from the
+     * workspace; until then their result is the same bits. */
+    case DELTA_OP_CONV2D:
+    case DELTA_OP_CONV2D_DX:
+    case DELTA_OP_CONV2D_DW:
+    case DELTA_OP_BIAS_GRAD_NCHW:
+    case DELTA_OP_BATCHNORM:
+    case DELTA_OP_BATCHNORM_BWD:
+    case DELTA_OP_MAXPOOL2D:
+    case DELTA_OP_MAXPOOL2D_BWD:
+    case DELTA_OP_AVGPOOL2D:
+    case DELTA_OP_AVGPOOL2D_BWD:
+    case DELTA_OP_GLOBAL_AVGPOOL:
+    case DELTA_OP_GLOBAL_AVGPOOL_BWD:
+    /* the others that meet BF16: exact this way too, but their copies make
+     * BF16's transient workspace (cross_entropy_bwd on GPT-2's logits is
+     * the largest); native kernels are the next step (docs/KERNELS.md) */
+    case DELTA_OP_RELU: case DELTA_OP_RELU_BWD: case DELTA_OP_GELU:
+    case DELTA_OP_GELU_BWD: case DELTA_OP_ADD: case DELTA_OP_MUL:
+    case DELTA_OP_SCALE: case DELTA_OP_DROPOUT: case DELTA_OP_DROPOUT_BWD:
+    case DELTA_OP_FILL: case DELTA_OP_TRANSPOSE: case DELTA_OP_SPLIT:
+    case DELTA_OP_CONCAT: case DELTA_OP_SOFTMAX: case DELTA_OP_SOFTMAX_BWD:
+    case DELTA_OP_CROSS_ENTROPY: case DELTA_OP_CROSS_ENTROPY_BWD:
+    case DELTA_OP_LAYERNORM: case DELTA_OP_LAYERNORM_BWD:
+    case DELTA_OP_SUM_LEADING:
+        return true;
+    default:
+        return false;
+    }
+}
 
 static const delta_tensor *T(const delta_ctx *ctx, int id) {
     return ctx->tensors[id];
@@ -24,10 +65,26 @@ void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
         int64_t k = op->a.trans_a ? a->shape[a->ndim - 2]
                                   : a->shape[a->ndim - 1];
         flops = 2.0 * n_out * (double)k;
+        if (a->dtype == DELTA_BF16) {
+            /* k_bf16.c: a batched a with a 2-D b is one GEMM of batch*M
+             * rows; other batches one GEMM per matrix */
+            int64_t m = y->shape[y->ndim - 2], n = y->shape[y->ndim - 1];
+            const delta_tensor *b = T(ctx, op->in[1]);
+            if (b->ndim == 2 && !op->a.trans_a) m = y->numel / (n ? n : 1);
+            ws = delta_bf16_gemm_workspace(m, n, k);
+        }
         break;
     }
     case DELTA_OP_LINEAR:
         flops = 2.0 * n_out * (double)x->shape[x->ndim - 1] + n_out;
+        if (x->dtype == DELTA_BF16) {
+            int64_t out = y->shape[y->ndim - 1];
+            ws = delta_bf16_gemm_workspace(out ? y->numel / out : 0, out,
+                                           x->shape[x->ndim - 1]);
+        }
+        break;
+    case DELTA_OP_CAST:
+        flops = n_out;
         break;
     case DELTA_OP_CONV2D:
     case DELTA_OP_CONV2D_DX:
@@ -106,7 +163,14 @@ void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
         flops = n_in > n_out ? n_in : n_out;
         break;
     }
+    if (delta_op_widens_bf16(op->type)) {
+        for (int i = 0; i < op->n_in; i++)
+            ws += delta_widen_bytes_of(T(ctx, op->in[i]));
+        for (int i = 0; i < op->n_out; i++)
+            ws += delta_widen_bytes_of(T(ctx, op->out[i]));
+    }
     op->flops = flops;
     op->bytes = bytes;
     op->workspace = ws;
+    op->dtype = x ? x->dtype : DELTA_F32;
 }

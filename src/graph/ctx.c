@@ -60,10 +60,10 @@ delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
         return delta_ctx_fail(ctx, DELTA_ERR_SHAPE,
                               "tensor '%s': %d dims given, at most %d allowed",
                               name ? name : "", ndim, DELTA_MAX_DIMS);
-    if (dtype != DELTA_F32 && dtype != DELTA_I32)
+    if (dtype != DELTA_F32 && dtype != DELTA_I32 && dtype != DELTA_BF16)
         return delta_ctx_fail(ctx, DELTA_ERR_UNSUPPORTED,
-                              "tensor '%s': dtype %s is not computed yet; use "
-                              "F32 (or I32 for indices)",
+                              "tensor '%s': dtype %s is not computed; use "
+                              "F32 or BF16 (or I32 for indices)",
                               name ? name : "", delta_dtype_name(dtype));
     /* an unnamed tensor is named as it will be: t<id> */
     char label[DELTA_NAME_LEN + 16];
@@ -222,4 +222,40 @@ delta_tensor *delta_op_add_output(delta_ctx *ctx, delta_op *op,
     if (op->phase != DELTA_PHASE_FORWARD) t->requires_grad = false;
     op->out[op->n_out++] = t->id;
     return t;
+}
+
+void delta_ctx_move_casts_last(delta_ctx *ctx) {
+    int n = ctx->n_tensors;
+    int *new_id = malloc((size_t)n * sizeof *new_id);
+    delta_tensor **order = malloc((size_t)n * sizeof *order);
+    if (!new_id || !order) {
+        free(new_id);
+        free(order);
+        delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
+        return;
+    }
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const delta_tensor *t = ctx->tensors[i];
+            bool cast = t->producer >= 0 &&
+                        ctx->ops[t->producer].type == DELTA_OP_CAST;
+            if (cast != (pass == 1)) continue;
+            new_id[i] = k;
+            order[k++] = ctx->tensors[i];
+        }
+    for (int i = 0; i < n; i++) {
+        delta_tensor *t = order[i];
+        t->id = i;
+        if (t->view_of >= 0) t->view_of = new_id[t->view_of];
+        if (t->grad >= 0) t->grad = new_id[t->grad];
+        ctx->tensors[i] = t;
+    }
+    for (int o = 0; o < ctx->n_ops; o++) {
+        delta_op *op = &ctx->ops[o];
+        for (int i = 0; i < op->n_in; i++) op->in[i] = new_id[op->in[i]];
+        for (int i = 0; i < op->n_out; i++) op->out[i] = new_id[op->out[i]];
+    }
+    free(new_id);
+    free(order);
 }

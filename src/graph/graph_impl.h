@@ -57,6 +57,8 @@ typedef enum delta_op_type {
     DELTA_OP_BN_RUNNING_UPDATE, /* ins: mean, var, rmean, rvar; outs: rmean, rvar */
     DELTA_OP_SGD_UPDATE,     /* ins: p, g[, buf]; outs: p[, buf] */
     DELTA_OP_ADAMW_UPDATE,   /* ins: p, g, m, v; outs: p, m, v */
+    /* precision: forward, and its own backward (the other direction) */
+    DELTA_OP_CAST,           /* ins: x; outs: y of dtype attrs.dtype */
     DELTA_OP_TYPE_COUNT
 } delta_op_type;
 
@@ -78,6 +80,7 @@ typedef struct delta_op_attrs {
     float lr, beta1, beta2, weight_decay, opt_eps; /* optimizers */
     int nesterov, has_momentum;
     int gelu_erf;          /* gelu: exact erf form instead of tanh */
+    delta_dtype dtype;     /* cast: the output's dtype */
 } delta_op_attrs;
 
 typedef struct delta_op {
@@ -92,6 +95,9 @@ typedef struct delta_op {
     size_t workspace;
     bool recomputable;  /* pure function of its inputs (and RNG key) */
     bool inplace;       /* outputs are existing persistent tensors */
+    delta_dtype dtype;  /* what it computes on: its first input's dtype
+                           (F32 for ops without inputs); a BF16 product is
+                           priced at the device's BF16 rate */
     char name[DELTA_NAME_LEN];
 } delta_op;
 
@@ -152,6 +158,60 @@ delta_tensor *delta_op_add_output(delta_ctx *ctx, delta_op *op,
                                   const int64_t *shape);
 /* Sets flops, bytes, workspace of an op from its type and shapes. */
 void delta_op_set_cost(delta_ctx *ctx, delta_op *op);
+
+/* Floating-point dtypes ops compute on: F32, and BF16 (stored in 16 bits,
+ * computed in fp32; docs/KERNELS.md has the rule per op). */
+static inline bool delta_dtype_is_float(delta_dtype t) {
+    return t == DELTA_F32 || t == DELTA_BF16;
+}
+
+/* True for op types whose CPU kernel meets BF16 operands by widening them:
+ * every BF16 input is converted to an fp32 copy in the op's workspace, the
+ * fp32 kernel runs on the copies into fp32 outputs there, and those are
+ * rounded to BF16 (the same bits a native kernel computing in fp32 would
+ * give). cost.c adds the copies to the workspace, dispatch.c does it. */
+bool delta_op_widens_bf16(delta_op_type t);
+
+/* Bytes of the fp32 copy of t a widened op makes (0 unless t is BF16),
+ * rounded up to DELTA_ALIGN so each copy stays aligned. The copies come
+ * first in the workspace, in input then output order; the fp32 kernel's
+ * own workspace follows them. */
+static inline size_t delta_widen_bytes_of(const delta_tensor *t) {
+    if (!t || t->dtype != DELTA_BF16) return 0;
+    size_t b = (size_t)t->numel * 4;
+    return (b + DELTA_ALIGN - 1) / DELTA_ALIGN * DELTA_ALIGN;
+}
+
+/* The BF16 GEMM of matmul and linear (k_matmul.c) converts operands to
+ * fp32 in blocks of mb = min(M, MB) rows of op(A) by the whole K, and K by
+ * nb = min(N, NB) columns of op(B), multiplies each pair with the fp32 GEMM
+ * into an mb x nb fp32 block and rounds it: its workspace is bounded by
+ * K (MB + NB) + MB NB floats whatever M and N are, and since K is never
+ * split, every element is the fp32 GEMM's sum of the same products (the
+ * built-in GEMM gives the same bits for any blocking). */
+#define DELTA_BF16_GEMM_MB 256
+#define DELTA_BF16_GEMM_NB 256
+static inline size_t delta_bf16_gemm_ws_round(size_t b) {
+    return (b + DELTA_ALIGN - 1) / DELTA_ALIGN * DELTA_ALIGN;
+}
+static inline size_t delta_bf16_gemm_workspace(int64_t m, int64_t n,
+                                               int64_t k) {
+    size_t mb = (size_t)(m < DELTA_BF16_GEMM_MB ? m : DELTA_BF16_GEMM_MB);
+    size_t nb = (size_t)(n < DELTA_BF16_GEMM_NB ? n : DELTA_BF16_GEMM_NB);
+    size_t f = sizeof(float);
+    return delta_bf16_gemm_ws_round(mb * (size_t)k * f) +
+           delta_bf16_gemm_ws_round((size_t)k * nb * f) +
+           delta_bf16_gemm_ws_round(mb * nb * f);
+}
+
+/* Renumbers tensors so that the outputs of cast ops come after every
+ * other tensor, each group in its old order (handles stay valid; ids,
+ * views, gradients and op operands are remapped). A model built with casts
+ * (BF16) then gives its parameters the ids the same model has without them
+ * (FP32), and since initial values are drawn by tensor id, both precisions
+ * start from the same weights. Unnamed tensors keep their old "t<id>"
+ * names. */
+void delta_ctx_move_casts_last(delta_ctx *ctx);
 
 /* Storage root of a tensor: itself, or the tensor it views. */
 static inline int delta_tensor_root(const delta_ctx *ctx, int id) {

@@ -51,6 +51,7 @@ static const char *op_type_names[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_BN_RUNNING_UPDATE] = "bn_running_update",
     [DELTA_OP_SGD_UPDATE] = "sgd_update",
     [DELTA_OP_ADAMW_UPDATE] = "adamw_update",
+    [DELTA_OP_CAST] = "cast",
 };
 
 const char *delta_op_type_name(delta_op_type t) {
@@ -116,13 +117,32 @@ delta_op_attrs delta_attrs0(void) {
         return NULL
 
 static bool is_f32(const delta_tensor *t) { return t->dtype == DELTA_F32; }
+static bool is_float(const delta_tensor *t) {
+    return delta_dtype_is_float(t->dtype);
+}
+
+/* Dtype checks: one message shape for every op ("what expected, what was
+ * found, what to do"). Products and elementwise ops take operands of one
+ * float dtype; mixing F32 and BF16 is refused rather than promoted, so
+ * every conversion is an explicit cast op the memory planner can see. */
+#define DTYPE_FAIL(what, fmt, ...)                                         \
+    return delta_ctx_fail(ctx, DELTA_ERR_INVALID_ARG, "%s: " fmt, what,     \
+                          __VA_ARGS__)
+
+static bool same_float(const delta_tensor *a, const delta_tensor *b) {
+    return is_float(a) && a->dtype == b->dtype;
+}
 
 delta_tensor *delta_matmul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b,
                            bool trans_a, bool trans_b, float alpha) {
     INPUTS("matmul", a, b);
     char sa[96], sb[96];
-    if (a->ndim < 2 || b->ndim < 2 || !is_f32(a) || !is_f32(b))
-        SHAPE_FAIL("matmul: needs F32 operands of at least 2 dims, got %s "
+    if (!same_float(a, b))
+        DTYPE_FAIL("matmul", "operands are %s and %s; both must be F32 or "
+                   "both BF16 (cast one with delta_cast)",
+                   delta_dtype_name(a->dtype), delta_dtype_name(b->dtype));
+    if (a->ndim < 2 || b->ndim < 2)
+        SHAPE_FAIL("matmul: needs operands of at least 2 dims, got %s "
                    "and %s", delta_shape_str(a, sa, sizeof sa),
                    delta_shape_str(b, sb, sizeof sb));
     int64_t m = trans_a ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
@@ -157,7 +177,7 @@ delta_tensor *delta_matmul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b,
     at.trans_a = trans_a;
     at.trans_b = trans_b;
     at.alpha = alpha;
-    return delta_op1(ctx, DELTA_OP_MATMUL, ins_, 2, at, DELTA_F32, a->ndim,
+    return delta_op1(ctx, DELTA_OP_MATMUL, ins_, 2, at, a->dtype, a->ndim,
                      shape);
 }
 
@@ -166,8 +186,12 @@ delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
     char sx[96], sw[96];
     const delta_tensor *ins[3] = {x, w, bias};
     if (!delta_check_inputs(ctx, "linear", ins, bias ? 3 : 2)) return NULL;
-    if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1] ||
-        !is_f32(x) || !is_f32(w))
+    if (!same_float(x, w) || (bias && bias->dtype != x->dtype))
+        DTYPE_FAIL("linear", "x is %s, weight %s, bias %s; all must be F32 "
+                   "or all BF16 (cast with delta_cast)",
+                   delta_dtype_name(x->dtype), delta_dtype_name(w->dtype),
+                   bias ? delta_dtype_name(bias->dtype) : "none");
+    if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1])
         SHAPE_FAIL("linear: x %s does not fit weight %s; expected x (..., "
                    "IN) and weight (OUT, IN)",
                    delta_shape_str(x, sx, sizeof sx),
@@ -180,7 +204,7 @@ delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = w->shape[0];
     return delta_op1(ctx, DELTA_OP_LINEAR, ins, bias ? 3 : 2, delta_attrs0(),
-                     DELTA_F32, x->ndim, shape);
+                     x->dtype, x->ndim, shape);
 }
 
 delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
@@ -188,8 +212,12 @@ delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
     char sx[96], sw[96];
     const delta_tensor *ins[3] = {x, w, bias};
     if (!delta_check_inputs(ctx, "conv2d", ins, bias ? 3 : 2)) return NULL;
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1] ||
-        !is_f32(x) || !is_f32(w))
+    if (!same_float(x, w) || (bias && bias->dtype != x->dtype))
+        DTYPE_FAIL("conv2d", "x is %s, weight %s, bias %s; all must be F32 "
+                   "or all BF16 (cast with delta_cast)",
+                   delta_dtype_name(x->dtype), delta_dtype_name(w->dtype),
+                   bias ? delta_dtype_name(bias->dtype) : "none");
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1])
         SHAPE_FAIL("conv2d: input %s does not fit weight %s; expected x (N, "
                    "C, H, W) and weight (K, C, R, S)",
                    delta_shape_str(x, sx, sizeof sx),
@@ -212,7 +240,7 @@ delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
     delta_op_attrs a = delta_attrs0();
     a.stride = stride;
     a.pad = pad;
-    return delta_op1(ctx, DELTA_OP_CONV2D, ins, bias ? 3 : 2, a, DELTA_F32, 4,
+    return delta_op1(ctx, DELTA_OP_CONV2D, ins, bias ? 3 : 2, a, x->dtype, 4,
                      shape);
 }
 
@@ -223,7 +251,12 @@ delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
                               float eps) {
     INPUTS("batchnorm", x, gamma, beta);
     char sx[96], sg[96];
-    if ((x->ndim != 4 && x->ndim != 2) || !is_f32(x))
+    if (!is_float(x) || !is_f32(gamma) || !is_f32(beta))
+        DTYPE_FAIL("batchnorm", "x is %s, gamma %s, beta %s; expected x F32 "
+                   "or BF16 and F32 gamma and beta (statistics are fp32)",
+                   delta_dtype_name(x->dtype), delta_dtype_name(gamma->dtype),
+                   delta_dtype_name(beta->dtype));
+    if (x->ndim != 4 && x->ndim != 2)
         SHAPE_FAIL("batchnorm: input %s; expected (N, C, H, W) or (N, C)",
                    delta_shape_str(x, sx, sizeof sx));
     int64_t c = x->shape[1];
@@ -261,7 +294,7 @@ delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
     op->a = a;
     int id = op->id;
     int64_t cs[1] = {c};
-    delta_tensor *y = delta_op_add_output(ctx, op, DELTA_F32, x->ndim,
+    delta_tensor *y = delta_op_add_output(ctx, op, x->dtype, x->ndim,
                                           x->shape);
     delta_tensor *mean = delta_op_add_output(ctx, &ctx->ops[id], DELTA_F32, 1,
                                              cs);
@@ -289,8 +322,11 @@ delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
                               float eps) {
     INPUTS("layernorm", x);
     char sx[96], sg[96];
-    if (x->ndim < 1 || !is_f32(x))
-        SHAPE_FAIL("layernorm: input %s must be F32 with at least one dim",
+    if (!is_float(x))
+        DTYPE_FAIL("layernorm", "x is %s; expected F32 or BF16",
+                   delta_dtype_name(x->dtype));
+    if (x->ndim < 1)
+        SHAPE_FAIL("layernorm: input %s must have at least one dim",
                    delta_shape_str(x, sx, sizeof sx));
     int64_t d = x->shape[x->ndim - 1];
     if (!gamma != !beta)
@@ -300,6 +336,11 @@ delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
     if (gamma) {
         const delta_tensor *gb[] = {gamma, beta};
         if (!delta_check_inputs(ctx, "layernorm", gb, 2)) return NULL;
+        if (!is_f32(gamma) || !is_f32(beta))
+            DTYPE_FAIL("layernorm", "gamma is %s, beta %s; expected F32 "
+                       "(parameters stay fp32 in every precision)",
+                       delta_dtype_name(gamma->dtype),
+                       delta_dtype_name(beta->dtype));
         if (gamma->ndim != 1 || gamma->shape[0] != d || beta->ndim != 1 ||
             beta->shape[0] != d)
             SHAPE_FAIL("layernorm: gamma %s / beta do not fit input %s; "
@@ -318,7 +359,7 @@ delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
     op->a.eps = eps;
     int id = op->id;
     int64_t rows[1] = {d ? x->numel / d : 0};
-    delta_tensor *y = delta_op_add_output(ctx, op, DELTA_F32, x->ndim,
+    delta_tensor *y = delta_op_add_output(ctx, op, x->dtype, x->ndim,
                                           x->shape);
     delta_tensor *mean = delta_op_add_output(ctx, &ctx->ops[id], DELTA_F32, 1,
                                              rows);
@@ -334,10 +375,11 @@ static delta_tensor *unary(delta_ctx *ctx, delta_op_type type,
     const char *what = delta_op_type_name(type);
     INPUTS(what, x);
     char sx[96];
-    if (!is_f32(x))
-        SHAPE_FAIL("%s: input %s must be F32", what,
-                   delta_shape_str(x, sx, sizeof sx));
-    return delta_op1(ctx, type, ins_, 1, a, DELTA_F32, x->ndim, x->shape);
+    if (!is_float(x))
+        DTYPE_FAIL(what, "input %s is %s; expected F32 or BF16",
+                   delta_shape_str(x, sx, sizeof sx),
+                   delta_dtype_name(x->dtype));
+    return delta_op1(ctx, type, ins_, 1, a, x->dtype, x->ndim, x->shape);
 }
 
 delta_tensor *delta_relu(delta_ctx *ctx, delta_tensor *x) {
@@ -378,7 +420,10 @@ static delta_tensor *pool(delta_ctx *ctx, delta_op_type type,
     const char *what = delta_op_type_name(type);
     INPUTS(what, x);
     char sx[96];
-    if (x->ndim != 4 || !is_f32(x))
+    if (!is_float(x))
+        DTYPE_FAIL(what, "input is %s; expected F32 or BF16",
+                   delta_dtype_name(x->dtype));
+    if (x->ndim != 4)
         SHAPE_FAIL("%s: input %s; expected (N, C, H, W)", what,
                    delta_shape_str(x, sx, sizeof sx));
     if (k < 1 || stride < 1 || pad < 0 || pad > k / 2)
@@ -395,7 +440,7 @@ static delta_tensor *pool(delta_ctx *ctx, delta_op_type type,
     a.k = k;
     a.stride = stride;
     a.pad = pad;
-    return delta_op1(ctx, type, ins_, 1, a, DELTA_F32, 4, shape);
+    return delta_op1(ctx, type, ins_, 1, a, x->dtype, 4, shape);
 }
 
 delta_tensor *delta_maxpool2d(delta_ctx *ctx, delta_tensor *x, int k,
@@ -411,44 +456,57 @@ delta_tensor *delta_avgpool2d(delta_ctx *ctx, delta_tensor *x, int k,
 delta_tensor *delta_global_avgpool(delta_ctx *ctx, delta_tensor *x) {
     INPUTS("global_avgpool", x);
     char sx[96];
-    if (x->ndim != 4 || !is_f32(x))
+    if (!is_float(x))
+        DTYPE_FAIL("global_avgpool", "input is %s; expected F32 or BF16",
+                   delta_dtype_name(x->dtype));
+    if (x->ndim != 4)
         SHAPE_FAIL("global_avgpool: input %s; expected (N, C, H, W)",
                    delta_shape_str(x, sx, sizeof sx));
     int64_t shape[2] = {x->shape[0], x->shape[1]};
     return delta_op1(ctx, DELTA_OP_GLOBAL_AVGPOOL, ins_, 1, delta_attrs0(),
-                     DELTA_F32, 2, shape);
+                     x->dtype, 2, shape);
 }
 
 delta_tensor *delta_add(delta_ctx *ctx, delta_tensor *a, delta_tensor *b) {
     INPUTS("add", a, b);
     char sa[96], sb[96];
-    bool ok = b->ndim <= a->ndim && is_f32(a) && is_f32(b);
+    if (!same_float(a, b))
+        DTYPE_FAIL("add", "operands are %s and %s; both must be F32 or both "
+                   "BF16 (cast one with delta_cast)",
+                   delta_dtype_name(a->dtype), delta_dtype_name(b->dtype));
+    bool ok = b->ndim <= a->ndim;
     for (int i = 0; ok && i < b->ndim; i++)
         ok = b->shape[b->ndim - 1 - i] == a->shape[a->ndim - 1 - i];
     if (!ok)
         SHAPE_FAIL("add: b %s must have a's shape %s or a trailing part of it",
                    delta_shape_str(b, sb, sizeof sb),
                    delta_shape_str(a, sa, sizeof sa));
-    return delta_op1(ctx, DELTA_OP_ADD, ins_, 2, delta_attrs0(), DELTA_F32,
+    return delta_op1(ctx, DELTA_OP_ADD, ins_, 2, delta_attrs0(), a->dtype,
                      a->ndim, a->shape);
 }
 
 delta_tensor *delta_mul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b) {
     INPUTS("mul", a, b);
     char sa[96], sb[96];
-    bool ok = a->ndim == b->ndim && is_f32(a) && is_f32(b);
+    if (!same_float(a, b))
+        DTYPE_FAIL("mul", "operands are %s and %s; both must be F32 or both "
+                   "BF16 (cast one with delta_cast)",
+                   delta_dtype_name(a->dtype), delta_dtype_name(b->dtype));
+    bool ok = a->ndim == b->ndim;
     for (int i = 0; ok && i < a->ndim; i++) ok = a->shape[i] == b->shape[i];
     if (!ok)
         SHAPE_FAIL("mul: shapes %s and %s differ",
                    delta_shape_str(a, sa, sizeof sa),
                    delta_shape_str(b, sb, sizeof sb));
-    return delta_op1(ctx, DELTA_OP_MUL, ins_, 2, delta_attrs0(), DELTA_F32,
+    return delta_op1(ctx, DELTA_OP_MUL, ins_, 2, delta_attrs0(), a->dtype,
                      a->ndim, a->shape);
 }
 
 delta_tensor *delta_sum(delta_ctx *ctx, delta_tensor *x) {
     INPUTS("sum", x);
-    if (!is_f32(x)) SHAPE_FAIL("sum: input must be F32");
+    if (!is_f32(x))
+        DTYPE_FAIL("sum", "input is %s; expected F32 (cast a BF16 tensor "
+                   "first)", delta_dtype_name(x->dtype));
     return delta_op1(ctx, DELTA_OP_SUM, ins_, 1, delta_attrs0(), DELTA_F32, 0,
                      NULL);
 }
@@ -460,7 +518,8 @@ delta_tensor *delta_embedding(delta_ctx *ctx, delta_tensor *ids,
     if (ids->dtype != DELTA_I32 || ids->ndim >= DELTA_MAX_DIMS ||
         table->ndim != 2 || !is_f32(table))
         SHAPE_FAIL("embedding: ids %s (%s) and table %s; expected I32 ids and "
-                   "an F32 table (V, D)", delta_shape_str(ids, si, sizeof si),
+                   "an F32 table (V, D) (in BF16 models, cast the looked-up "
+                   "rows)", delta_shape_str(ids, si, sizeof si),
                    delta_dtype_name(ids->dtype),
                    delta_shape_str(table, st, sizeof st));
     int64_t shape[DELTA_MAX_DIMS];
@@ -474,8 +533,11 @@ delta_tensor *delta_softmax(delta_ctx *ctx, delta_tensor *x, bool causal,
                             delta_tensor *key_mask) {
     INPUTS("softmax", x);
     char sx[96], sm[96];
-    if (x->ndim < 1 || !is_f32(x))
-        SHAPE_FAIL("softmax: input %s must be F32 with at least one dim",
+    if (!is_float(x))
+        DTYPE_FAIL("softmax", "input is %s; expected F32 or BF16",
+                   delta_dtype_name(x->dtype));
+    if (x->ndim < 1)
+        SHAPE_FAIL("softmax: input %s must have at least one dim",
                    delta_shape_str(x, sx, sizeof sx));
     if (causal && (x->ndim < 2 || x->shape[x->ndim - 1] <
                                       x->shape[x->ndim - 2]))
@@ -495,13 +557,17 @@ delta_tensor *delta_softmax(delta_ctx *ctx, delta_tensor *x, bool causal,
         a.has_mask = 1;
     }
     return delta_op1(ctx, DELTA_OP_SOFTMAX, ins, key_mask ? 2 : 1, a,
-                     DELTA_F32, x->ndim, x->shape);
+                     x->dtype, x->ndim, x->shape);
 }
 
 delta_tensor *delta_attention(delta_ctx *ctx, delta_tensor *q, delta_tensor *k,
                               delta_tensor *v, bool causal,
                               delta_tensor *key_mask, float dropout_p) {
     INPUTS("attention", q, k, v);
+    if (!same_float(q, k) || !same_float(q, v))
+        DTYPE_FAIL("attention", "q, k, v are %s, %s, %s; all must be F32 or "
+                   "all BF16", delta_dtype_name(q->dtype),
+                   delta_dtype_name(k->dtype), delta_dtype_name(v->dtype));
     char sq[96], sk[96];
     bool ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4;
     for (int i = 0; ok && i < 4; i++) ok = k->shape[i] == v->shape[i];
@@ -522,10 +588,13 @@ delta_tensor *delta_cross_entropy(delta_ctx *ctx, delta_tensor *logits,
                                   delta_tensor *targets, int ignore_index) {
     INPUTS("cross_entropy", logits, targets);
     char sl[96], st[96];
-    if (logits->ndim != 2 || !is_f32(logits) || targets->ndim != 1 ||
+    if (!is_float(logits))
+        DTYPE_FAIL("cross_entropy", "logits are %s; expected F32 or BF16",
+                   delta_dtype_name(logits->dtype));
+    if (logits->ndim != 2 || targets->ndim != 1 ||
         targets->dtype != DELTA_I32 || targets->shape[0] != logits->shape[0])
         SHAPE_FAIL("cross_entropy: logits %s and targets %s (%s); expected "
-                   "F32 logits (N, V) and I32 targets (N)",
+                   "logits (N, V) and I32 targets (N)",
                    delta_shape_str(logits, sl, sizeof sl),
                    delta_shape_str(targets, st, sizeof st),
                    delta_dtype_name(targets->dtype));
@@ -654,4 +723,15 @@ delta_tensor *delta_concat(delta_ctx *ctx, delta_tensor *const *xs, int n,
     a.dim = dim;
     return delta_op1(ctx, DELTA_OP_CONCAT, (const delta_tensor *const *)xs, n,
                      a, x0->dtype, x0->ndim, s);
+}
+
+delta_tensor *delta_cast(delta_ctx *ctx, delta_tensor *x, delta_dtype dtype) {
+    INPUTS("cast", x);
+    if (!is_float(x) || !delta_dtype_is_float(dtype))
+        DTYPE_FAIL("cast", "from %s to %s; casts go between F32 and BF16",
+                   delta_dtype_name(x->dtype), delta_dtype_name(dtype));
+    if (x->dtype == dtype) return x; /* as torch's .to(): no copy */
+    delta_op_attrs a = delta_attrs0();
+    a.dtype = dtype;
+    return delta_op1(ctx, DELTA_OP_CAST, ins_, 1, a, dtype, x->ndim, x->shape);
 }

@@ -27,14 +27,17 @@
 #define INIT_STD 0.02f
 #define TYPE_VOCAB 2
 
-/* nn.Linear "<pre>.{weight (out, in), bias (out)}". */
-static delta_tensor *dense(delta_ctx *ctx, delta_tensor *x, const char *pre,
-                           int64_t in, int64_t out) {
+/* nn.Linear "<pre>.{weight (out, in), bias (out)}", in the compute dtype
+ * (weight and bias cast each step in BF16). */
+static delta_tensor *dense(delta_ctx *ctx, const delta_model_config *cfg,
+                           delta_tensor *x, const char *pre, int64_t in,
+                           int64_t out) {
     delta_tensor *w = delta_model_param2(
         ctx, delta_model_init_normal(INIT_STD), out, in, "%s.weight", pre);
     delta_tensor *b = delta_model_param1(ctx, delta_model_init_zeros(), out,
                                          "%s.bias", pre);
-    return delta_linear(ctx, x, w, b);
+    return delta_linear(ctx, x, delta_model_low(ctx, cfg, w),
+                        delta_model_low(ctx, cfg, b));
 }
 
 /* BERT's hidden_act "gelu" is the exact erf form (not GPT-2's tanh). */
@@ -55,21 +58,21 @@ static delta_tensor *layer(delta_ctx *ctx, delta_tensor *x, int i,
     delta_tensor *qkv[3];
     for (int j = 0; j < 3; j++) {                     /* (B, NH, T, D) */
         snprintf(n, sizeof n, "%s.attention.self.%s", pre, qkv_names[j]);
-        qkv[j] = delta_model_split_heads(ctx, dense(ctx, x, n, C, C), B, T,
+        qkv[j] = delta_model_split_heads(ctx, dense(ctx, cfg, x, n, C, C), B, T,
                                          NH, D);
     }
     delta_tensor *a = delta_attention(ctx, qkv[0], qkv[1], qkv[2], false,
                                       mask, p);       /* (B, NH, T, D) */
     a = delta_model_merge_heads(ctx, a, B, T, C);     /* (B, T, C) */
     snprintf(n, sizeof n, "%s.attention.output.dense", pre);
-    a = delta_dropout(ctx, dense(ctx, a, n, C, C), p);
+    a = delta_dropout(ctx, dense(ctx, cfg, a, n, C, C), p);
     snprintf(n, sizeof n, "%s.attention.output.LayerNorm", pre);
     a = delta_model_layernorm(ctx, delta_add(ctx, a, x), n, C, LN_EPS);
 
     snprintf(n, sizeof n, "%s.intermediate.dense", pre);
-    delta_tensor *h = bert_gelu(ctx, dense(ctx, a, n, C, 4 * C)); /* 4C */
+    delta_tensor *h = bert_gelu(ctx, dense(ctx, cfg, a, n, C, 4 * C)); /* 4C */
     snprintf(n, sizeof n, "%s.output.dense", pre);
-    h = delta_dropout(ctx, dense(ctx, h, n, 4 * C, C), p);        /* C */
+    h = delta_dropout(ctx, dense(ctx, cfg, h, n, 4 * C, C), p);        /* C */
     snprintf(n, sizeof n, "%s.output.LayerNorm", pre);
     return delta_model_layernorm(ctx, delta_add(ctx, h, a), n, C, LN_EPS);
 }
@@ -100,14 +103,17 @@ void delta_bert_build(delta_ctx *ctx, const delta_model_config *cfg,
     x = delta_add(ctx, x, tt);
     x = delta_add(ctx, x, delta_embedding(ctx, m->positions, wpe));
     x = delta_model_layernorm(ctx, x, "bert.embeddings.LayerNorm", C, LN_EPS);
+    /* embeddings and their layer norm in F32 (F32 tables), then the
+     * compute dtype */
+    x = delta_model_low(ctx, cfg, x);
     x = delta_dropout(ctx, x, cfg->dropout);
     for (int i = 0; i < cfg->layers; i++) x = layer(ctx, x, i, cfg, m->mask);
 
-    x = dense(ctx, x, "cls.predictions.transform.dense", C, C);
+    x = dense(ctx, cfg, x, "cls.predictions.transform.dense", C, C);
     x = delta_model_layernorm(ctx, bert_gelu(ctx, x),
                               "cls.predictions.transform.LayerNorm", C,
                               LN_EPS);
     delta_tensor *bias = delta_model_param1(
         ctx, delta_model_init_zeros(), cfg->vocab, "cls.predictions.bias");
-    delta_model_lm_loss(ctx, x, wte, bias, B, T, C, m); /* (B*T, V) */
+    delta_model_lm_loss(ctx, cfg, x, wte, bias, B, T, C, m); /* (B*T, V) */
 }

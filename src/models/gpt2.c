@@ -26,14 +26,18 @@
 #define LN_EPS 1e-5f
 #define INIT_STD 0.02f
 
-/* HF Conv1D "<pre>.{weight (in, out), bias (out)}": x (..., in) W + b. */
-static delta_tensor *conv1d(delta_ctx *ctx, delta_tensor *x, const char *pre,
-                            int64_t in, int64_t out, float std) {
+/* HF Conv1D "<pre>.{weight (in, out), bias (out)}": x (..., in) W + b, in
+ * the compute dtype (weight and bias cast each step in BF16). */
+static delta_tensor *conv1d(delta_ctx *ctx, const delta_model_config *cfg,
+                            delta_tensor *x, const char *pre, int64_t in,
+                            int64_t out, float std) {
     delta_tensor *w = delta_model_param2(ctx, delta_model_init_normal(std),
                                          in, out, "%s.weight", pre);
     delta_tensor *b = delta_model_param1(ctx, delta_model_init_zeros(), out,
                                          "%s.bias", pre);
-    return delta_add(ctx, delta_matmul(ctx, x, w, false, false, 1.0f), b);
+    w = delta_model_low(ctx, cfg, w);
+    return delta_add(ctx, delta_matmul(ctx, x, w, false, false, 1.0f),
+                     delta_model_low(ctx, cfg, b));
 }
 
 /* One block on x (B, T, C); returns (B, T, C). */
@@ -49,7 +53,7 @@ static delta_tensor *block(delta_ctx *ctx, delta_tensor *x, int layer,
     snprintf(n, sizeof n, "%s.ln_1", pre);
     delta_tensor *h = delta_model_layernorm(ctx, x, n, C, LN_EPS);
     snprintf(n, sizeof n, "%s.attn.c_attn", pre);
-    h = conv1d(ctx, h, n, C, 3 * C, INIT_STD);       /* (B, T, 3C) */
+    h = conv1d(ctx, cfg, h, n, C, 3 * C, INIT_STD);       /* (B, T, 3C) */
     delta_tensor *qkv[3] = {0};
     if (h) delta_split(ctx, h, 2, 3, qkv);            /* 3 x (B, T, C) */
     for (int i = 0; i < 3; i++)                       /* (B, NH, T, D) */
@@ -58,15 +62,15 @@ static delta_tensor *block(delta_ctx *ctx, delta_tensor *x, int layer,
                                       NULL, p);       /* (B, NH, T, D) */
     a = delta_model_merge_heads(ctx, a, B, T, C);     /* (B, T, C) */
     snprintf(n, sizeof n, "%s.attn.c_proj", pre);
-    a = conv1d(ctx, a, n, C, C, proj_std);
+    a = conv1d(ctx, cfg, a, n, C, C, proj_std);
     x = delta_add(ctx, x, delta_dropout(ctx, a, p));
 
     snprintf(n, sizeof n, "%s.ln_2", pre);
     h = delta_model_layernorm(ctx, x, n, C, LN_EPS);
     snprintf(n, sizeof n, "%s.mlp.c_fc", pre);
-    h = delta_gelu(ctx, conv1d(ctx, h, n, C, 4 * C, INIT_STD)); /* (B,T,4C) */
+    h = delta_gelu(ctx, conv1d(ctx, cfg, h, n, C, 4 * C, INIT_STD)); /* (B,T,4C) */
     snprintf(n, sizeof n, "%s.mlp.c_proj", pre);
-    h = conv1d(ctx, h, n, 4 * C, C, proj_std);        /* (B, T, C) */
+    h = conv1d(ctx, cfg, h, n, 4 * C, C, proj_std);        /* (B, T, C) */
     return delta_add(ctx, x, delta_dropout(ctx, h, p));
 }
 
@@ -82,8 +86,11 @@ void delta_gpt2_build(delta_ctx *ctx, const delta_model_config *cfg,
                                            "transformer.wpe.weight");
     delta_tensor *x = delta_add(ctx, delta_embedding(ctx, m->input, wte),
                                 delta_embedding(ctx, m->positions, wpe));
+    /* embeddings are looked up and summed in F32 (the tables are F32
+     * parameters), then the residual stream is in the compute dtype */
+    x = delta_model_low(ctx, cfg, x);
     x = delta_dropout(ctx, x, cfg->dropout);          /* (B, T, C) */
     for (int l = 0; l < cfg->layers; l++) x = block(ctx, x, l, cfg);
     x = delta_model_layernorm(ctx, x, "transformer.ln_f", C, LN_EPS);
-    delta_model_lm_loss(ctx, x, wte, NULL, B, T, C, m); /* (B*T, V) */
+    delta_model_lm_loss(ctx, cfg, x, wte, NULL, B, T, C, m); /* (B*T, V) */
 }

@@ -2,6 +2,7 @@
  * to the family builders, the constants callers fill, and the small
  * helpers the builders share. */
 #include "models/models_impl.h"
+#include "graph/graph_impl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -225,6 +226,9 @@ delta_status delta_model_resolve(const delta_model_config *cfg,
              (long long)m.batch, (long long)MAX_FIELD);
     if (m.dropout != m.dropout)
         fail(&c, "dropout is NaN");
+    if ((unsigned)m.precision >= DELTA_PRECISION_COUNT)
+        fail(&c, "precision is %d; use DELTA_PRECISION_FP32 or "
+             "DELTA_PRECISION_BF16", (int)m.precision);
     switch (p->fam) {
     case FAMILY_MLP: check_mlp(&c, &m); break;
     case FAMILY_RESNET: check_resnet(&c, &m); break;
@@ -261,6 +265,11 @@ delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
     case FAMILY_GPT2: delta_gpt2_build(ctx, &m, out); break;
     case FAMILY_BERT: delta_bert_build(ctx, &m, out); break;
     }
+    /* the BF16 casts' outputs after everything else: parameters get the
+     * ids (so the initial values) they have in FP32 */
+    if (m.precision == DELTA_PRECISION_BF16 &&
+        delta_ctx_status(ctx) == DELTA_OK)
+        delta_ctx_move_casts_last(ctx);
     st = delta_ctx_status(ctx);
     if (st == DELTA_OK && !out->loss)
         st = DELTA_ERR_STATE; /* a builder bug: no loss and no error */
@@ -297,6 +306,29 @@ void delta_model_fill_constants(const delta_model *m,
 }
 
 /* ---- helpers shared by the builders ------------------------------------- */
+
+const char *delta_precision_name(delta_precision p) {
+    switch (p) {
+    case DELTA_PRECISION_FP32: return "fp32";
+    case DELTA_PRECISION_BF16: return "bf16";
+    default: return "?";
+    }
+}
+
+bool delta_precision_parse(const char *s, delta_precision *out) {
+    for (int p = 0; s && p < DELTA_PRECISION_COUNT; p++)
+        if (strcmp(s, delta_precision_name((delta_precision)p)) == 0) {
+            *out = (delta_precision)p;
+            return true;
+        }
+    return false;
+}
+
+delta_tensor *delta_model_low(delta_ctx *ctx, const delta_model_config *cfg,
+                              delta_tensor *t) {
+    if (cfg->precision != DELTA_PRECISION_BF16) return t;
+    return delta_cast(ctx, t, DELTA_BF16);
+}
 
 delta_init delta_model_init_zeros(void) {
     return (delta_init){DELTA_INIT_ZEROS, 0, 0};
@@ -385,11 +417,14 @@ void delta_model_token_inputs(delta_ctx *ctx, int64_t B, int64_t T,
                                   (delta_init){DELTA_INIT_NONE, 0, 0});
 }
 
-void delta_model_lm_loss(delta_ctx *ctx, delta_tensor *x, delta_tensor *wte,
+void delta_model_lm_loss(delta_ctx *ctx, const delta_model_config *cfg,
+                         delta_tensor *x, delta_tensor *wte,
                          delta_tensor *bias, int64_t B, int64_t T, int64_t C,
                          delta_model *m) {
     int64_t flat[2] = {B * T, C}, rows[1] = {B * T};
-    m->logits = delta_linear(ctx, delta_reshape(ctx, x, 2, flat), wte, bias);
+    m->logits = delta_linear(ctx, delta_reshape(ctx, x, 2, flat),
+                             delta_model_low(ctx, cfg, wte),
+                             bias ? delta_model_low(ctx, cfg, bias) : NULL);
     delta_tensor *tgt = m->target ? delta_reshape(ctx, m->target, 1, rows)
                                   : NULL;
     m->loss = delta_cross_entropy(ctx, m->logits, tgt, -100);

@@ -40,6 +40,12 @@ delta_tensor *delta_model_state1(delta_ctx *ctx, delta_init init, int64_t c,
                                  const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* t in the model's compute dtype: a BF16 cast of t when cfg trains in
+ * BF16 (weights each step, F32 activations where they enter the BF16
+ * part), else t itself. */
+delta_tensor *delta_model_low(delta_ctx *ctx, const delta_model_config *cfg,
+                              delta_tensor *t);
+
 /* Layer norm with "<prefix>.weight" (ones) and "<prefix>.bias" (zeros). */
 delta_tensor *delta_model_layernorm(delta_ctx *ctx, delta_tensor *x,
                                     const char *prefix, int64_t d, float eps);
@@ -57,9 +63,10 @@ void delta_model_token_inputs(delta_ctx *ctx, int64_t B, int64_t T,
                               delta_model *m);
 
 /* Mean cross-entropy of x (B, T, C) against "targets" through the tied
- * embedding table wte (V, C) (+ bias (V) or NULL): fills m->logits
- * (B*T, V) and m->loss. */
-void delta_model_lm_loss(delta_ctx *ctx, delta_tensor *x, delta_tensor *wte,
+ * embedding table wte (V, C) (+ bias (V) or NULL), both cast to the
+ * model's compute dtype: fills m->logits (B*T, V) and m->loss. */
+void delta_model_lm_loss(delta_ctx *ctx, const delta_model_config *cfg,
+                         delta_tensor *x, delta_tensor *wte,
                          delta_tensor *bias, int64_t B, int64_t T, int64_t C,
                          delta_model *m);
 

@@ -30,6 +30,9 @@ static delta_tensor *conv(delta_ctx *ctx, delta_tensor *x, const char *name,
     float std = sqrtf(2.0f / (float)(cout * k * k));
     delta_tensor *w = delta_model_param4(ctx, delta_model_init_normal(std),
                                          ws, "%s.weight", name);
+    /* the weight in x's dtype: a BF16 cast each step in BF16 models */
+    if (x && delta_tensor_dtype(x) == DELTA_BF16)
+        w = delta_cast(ctx, w, DELTA_BF16);
     return delta_conv2d(ctx, x, w, NULL, stride, pad);
 }
 
@@ -107,7 +110,8 @@ void delta_resnet_build(delta_ctx *ctx, const delta_model_config *cfg,
     m->input = delta_input(ctx, "images", DELTA_F32, 4, xs);
     m->target = delta_input(ctx, "labels", DELTA_I32, 1, &N);
 
-    delta_tensor *x = conv(ctx, m->input, "conv1", cfg->channels, w, 7, 2, 3);
+    delta_tensor *x = delta_model_low(ctx, cfg, m->input);
+    x = conv(ctx, x, "conv1", cfg->channels, w, 7, 2, 3);
     x = delta_relu(ctx, bn(ctx, x, "bn1", w));   /* (N, w, H/2, W/2) */
     x = delta_maxpool2d(ctx, x, 3, 2, 1);        /* (N, w, H/4, W/4) */
     int64_t cin = w;
@@ -127,6 +131,7 @@ void delta_resnet_build(delta_ctx *ctx, const delta_model_config *cfg,
     delta_tensor *fw = delta_model_param2(ctx, u, cfg->classes, cin,
                                           "fc.weight");
     delta_tensor *fb = delta_model_param1(ctx, u, cfg->classes, "fc.bias");
-    m->logits = delta_linear(ctx, x, fw, fb);    /* (N, classes) */
+    m->logits = delta_linear(ctx, x, delta_model_low(ctx, cfg, fw),
+                             delta_model_low(ctx, cfg, fb)); /* (N, classes) */
     m->loss = delta_cross_entropy(ctx, m->logits, m->target, -100);
 }

@@ -1,4 +1,7 @@
-/* Maps each op type to its CPU kernel. */
+/* Maps each op type to its CPU kernel. An op with BF16 operands goes to
+ * its BF16 kernel where the type has one (bf16_kernels), through the
+ * widening wrapper where delta_op_widens_bf16 says so, and otherwise to
+ * the same kernel, which then reads the dtypes itself. */
 #include "backend/cpu/kernels.h"
 
 static const delta_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
@@ -44,10 +47,27 @@ static const delta_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_BN_RUNNING_UPDATE] = delta_k_bn_running_update,
     [DELTA_OP_SGD_UPDATE] = delta_k_sgd_update,
     [DELTA_OP_ADAMW_UPDATE] = delta_k_adamw_update,
+    [DELTA_OP_CAST] = delta_k_cast,
+};
+
+static const delta_kernel_fn bf16_kernels[DELTA_OP_TYPE_COUNT] = {
+    [DELTA_OP_MATMUL] = delta_k_matmul_bf16,
+    [DELTA_OP_LINEAR] = delta_k_linear_bf16,
 };
 
 void delta_cpu_run(const delta_kargs *k) {
     DELTA_ASSERT((unsigned)k->op->type < DELTA_OP_TYPE_COUNT);
     delta_kernel_fn fn = kernels[k->op->type];
-    if (fn) fn(k);
+    if (!fn) return;
+    if (k->op->type != DELTA_OP_CAST && delta_cpu_has_bf16(k)) {
+        if (bf16_kernels[k->op->type]) {
+            bf16_kernels[k->op->type](k);
+            return;
+        }
+        if (delta_op_widens_bf16(k->op->type)) {
+            delta_cpu_run_widened(k, fn);
+            return;
+        }
+    }
+    fn(k);
 }

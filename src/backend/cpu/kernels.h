@@ -111,6 +111,28 @@ void delta_k_concat(const delta_kargs *k);
 /* k_optim.c */
 void delta_k_sgd_update(const delta_kargs *k);
 void delta_k_adamw_update(const delta_kargs *k);
+/* k_bf16.c */
+void delta_k_cast(const delta_kargs *k);
+void delta_k_matmul_bf16(const delta_kargs *k);
+void delta_k_linear_bf16(const delta_kargs *k);
+
+/* ---- BF16 (k_bf16.c) ------------------------------------------------------
+ * Bulk conversions (round to nearest even), parallel over elements. */
+void delta_cpu_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
+void delta_cpu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
+/* True when any operand of k is BF16. */
+bool delta_cpu_has_bf16(const delta_kargs *k);
+/* Runs fp32 kernel fn on fp32 copies of k's BF16 operands, made in k->ws
+ * (delta_op_widens_bf16 ops; the copies' layout is delta_widen_bytes_of's),
+ * and rounds its BF16 outputs. */
+void delta_cpu_run_widened(const delta_kargs *k, delta_kernel_fn fn);
+/* BF16 C (M x N, row stride ldc) = round(alpha op(A) op(B) [+ bias]) with
+ * BF16 A and B, products summed in fp32 by delta_gemm over blocks widened
+ * in ws (delta_bf16_gemm_workspace(k) bytes); bias (N) BF16 or NULL. */
+void delta_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     float alpha, const uint16_t *a, int64_t lda,
+                     const uint16_t *b, int64_t ldb, const uint16_t *bias,
+                     uint16_t *c, int64_t ldc, void *ws);
 
 /* Dropout's keep test for element i, shared by forward and backward so both
  * draw the same mask: keyed by (seed, forward op id, step). */

@@ -20,7 +20,10 @@
  * reports e.g. 16,160 MiB on a V100-16GB, and the CUDA context takes a few
  * hundred MiB); a budget is given explicitly anyway, this is its ceiling.
  * tensor_flops is tf32 dense on A100/H100 (fp32 training on tensor cores)
- * and fp16 on V100, which has no tf32.
+ * and fp16 on V100, which has no tf32. bf16_flops is the dense BF16
+ * tensor-core peak: 312 T on A100, 989 T on H100 (the datasheets above);
+ * V100 has no BF16 units, so its fp16 tensor peak (125 T) stands in: a
+ * BF16 program priced on a V100 is what an fp16 one would cost there.
  *
  * The host's side (HOST_SIDE below, the same for every preset: these costs
  * are the host CPU's and the driver's, not the GPU's, and no public source
@@ -55,27 +58,27 @@ static const delta_gpu_preset presets[] = {
     {.name = "v100-16g",
      .description = "NVIDIA V100 SXM2 16 GB, PCIe 3 x16 host link",
      .memory_bytes = 16 * GIB, .fp32_flops = 15.7 * T,
-     .tensor_flops = 125 * T, .hbm_bytes_per_s = 900 * GB,
+     .tensor_flops = 125 * T, .bf16_flops = 125 * T, .hbm_bytes_per_s = 900 * GB,
      .link_bytes_per_s = 12 * GB, .link_latency_s = 10 * US, HOST_SIDE},
     {.name = "v100-32g",
      .description = "NVIDIA V100 SXM2 32 GB, PCIe 3 x16 host link",
      .memory_bytes = 32 * GIB, .fp32_flops = 15.7 * T,
-     .tensor_flops = 125 * T, .hbm_bytes_per_s = 900 * GB,
+     .tensor_flops = 125 * T, .bf16_flops = 125 * T, .hbm_bytes_per_s = 900 * GB,
      .link_bytes_per_s = 12 * GB, .link_latency_s = 10 * US, HOST_SIDE},
     {.name = "a100-40g",
      .description = "NVIDIA A100 SXM4 40 GB, PCIe 4 x16 host link",
      .memory_bytes = 40 * GIB, .fp32_flops = 19.5 * T,
-     .tensor_flops = 156 * T, .hbm_bytes_per_s = 1555 * GB,
+     .tensor_flops = 156 * T, .bf16_flops = 312 * T, .hbm_bytes_per_s = 1555 * GB,
      .link_bytes_per_s = 25 * GB, .link_latency_s = 10 * US, HOST_SIDE},
     {.name = "a100-80g",
      .description = "NVIDIA A100 SXM4 80 GB, PCIe 4 x16 host link",
      .memory_bytes = 80 * GIB, .fp32_flops = 19.5 * T,
-     .tensor_flops = 156 * T, .hbm_bytes_per_s = 2039 * GB,
+     .tensor_flops = 156 * T, .bf16_flops = 312 * T, .hbm_bytes_per_s = 2039 * GB,
      .link_bytes_per_s = 25 * GB, .link_latency_s = 10 * US, HOST_SIDE},
     {.name = "h100-80g",
      .description = "NVIDIA H100 SXM5 80 GB, PCIe 5 x16 host link",
      .memory_bytes = 80 * GIB, .fp32_flops = 67 * T,
-     .tensor_flops = 495 * T, .hbm_bytes_per_s = 3350 * GB,
+     .tensor_flops = 495 * T, .bf16_flops = 989 * T, .hbm_bytes_per_s = 3350 * GB,
      .link_bytes_per_s = 50 * GB, .link_latency_s = 10 * US, HOST_SIDE},
     {.name = NULL},
 };

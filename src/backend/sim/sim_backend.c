@@ -12,7 +12,9 @@
  *                  shortest run and the gap before the next); the host's
  *                  side is the host clock's (below)
  *     GEMM-like ops (matmul, linear, conv2d, conv2d_dx, conv2d_dw):
- *                  peak = tensor_flops with tensor_cores, else fp32_flops;
+ *                  peak = bf16_flops for BF16 operands (always on the
+ *                  tensor cores, as cuBLAS runs them), else tensor_flops
+ *                  with tensor_cores, else fp32_flops;
  *                  eff_compute = 0.7 (cuBLAS/cuDNN reach 60-75% of peak on
  *                  large shapes)
  *     other ops:   peak = fp32_flops, eff_compute = 0.25 (they are memory
@@ -96,7 +98,9 @@ double delta_sim_op_seconds(const delta_gpu_preset *gpu, bool tensor_cores,
                             const delta_op *op) {
     if (op->type == DELTA_OP_RESHAPE) return 0.0;
     bool g = gemm_like(op->type);
-    double peak = g && tensor_cores ? gpu->tensor_flops : gpu->fp32_flops;
+    double peak = g && op->dtype == DELTA_BF16 ? gpu->bf16_flops
+                  : g && tensor_cores          ? gpu->tensor_flops
+                                               : gpu->fp32_flops;
     double eff = g ? DELTA_SIM_EFF_GEMM : DELTA_SIM_EFF_OTHER;
     double tc = op->flops / (peak * eff);
     double tm = op->bytes / (gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
