@@ -36,7 +36,7 @@
 #include "train_args.h"
 #include "trainer.h"
 
-#define DEFAULT_STEPS 12
+#define DEFAULT_STEPS TRAIN_ARGS_DELTA_MIN_STEPS
 #define DEFAULT_MIN_THROUGHPUT 0.75
 #define DEFAULT_MAX_BATCH 65536
 
@@ -159,6 +159,7 @@ static int parse(maxbatch *m, int argc, char **argv) {
     rc = train_args_pick_policies(c, m->policies, MAXBATCH_MAX_POLICIES,
                                   &m->n_policies);
     if (rc >= 0) return rc;
+    train_args_warn_steps("maxbatch", c->steps, m->policies, m->n_policies);
     /* --json is this command's (one line per policy), not the probes' */
     m->json = c->json;
     c->json = NULL;

@@ -226,6 +226,9 @@ static const char *policy_list(char *buf, size_t n) {
  * options too) and its options: train's, then the command's own. */
 static const char *cur_cmd = "train";
 static struct option cur_opts[128];
+/* train's options given on the command line: bit (o - OPT_MODEL) */
+static uint64_t given;
+_Static_assert(OPT_CHECK_STREAMS - OPT_MODEL < 64, "given holds a bit each");
 
 /* The long name of option value v, for messages. */
 static const char *opt_name(int v) {
@@ -276,6 +279,7 @@ static int parse_args(int argc, char **argv, train_config *c,
         cur_opts[n_opts++] = *o;
     }
     cur_opts[n_opts] = (struct option){NULL, 0, NULL, 0};
+    given = 0;
     int64_t hidden = 0;
     bool backend_set = false, gpu_set = false;
     memset(c, 0, sizeof *c);
@@ -291,6 +295,8 @@ static int parse_args(int argc, char **argv, train_config *c,
         int prev = optind > 0 ? optind : 1;
         int o = getopt_long(argc, argv, "+:h", cur_opts, NULL);
         if (o == -1) break;
+        if (o >= OPT_MODEL && o <= OPT_CHECK_STREAMS)
+            given |= (uint64_t)1 << (o - OPT_MODEL);
         snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
         const char *opt = optbuf, *a = optarg;
         int64_t v = 0;
@@ -537,6 +543,32 @@ static void plan_usage(FILE *f) {
     usage(f);
 }
 
+/* train's options that change how a run trains or where it runs but not
+ * the step program plan builds from shapes alone (--trace, --resume and
+ * --checkpoint-every are refused instead). */
+static const int plan_ignores[] = {
+    OPT_STEPS, OPT_SEED, OPT_LR, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE,
+    OPT_DROP_LAST, OPT_THREADS, OPT_SAVE, OPT_LOAD, OPT_BACKEND, OPT_GPU,
+    OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_DEVICE_JITTER, OPT_HOST_MEMORY,
+    OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_CHECK_STREAMS,
+};
+
+/* "--steps, --lr" of the given options plan ignores into buf; false when
+ * none. */
+static bool plan_ignored(char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof plan_ignores / sizeof *plan_ignores; i++) {
+        int o = plan_ignores[i];
+        if (!(given & ((uint64_t)1 << (o - OPT_MODEL)))) continue;
+        int w = snprintf(buf + used, n - used, "%s--%s", used ? ", " : "",
+                         opt_name(o));
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+    return used > 0;
+}
+
 int cmd_plan(int argc, char **argv) {
     /* train's options, with messages that name plan */
     static const struct option none[] = {{0}};
@@ -545,6 +577,11 @@ int cmd_plan(int argc, char **argv) {
     train_config c;
     int rc = parse_args(argc, argv, &c, &plan);
     if (rc >= 0) return rc;
+    char ignored[512];
+    if (plan_ignored(ignored, sizeof ignored))
+        fprintf(stderr, "delta plan: warning: ignoring %s: plan builds the "
+                "step from the model, shapes and optimizer alone and runs "
+                "nothing (delta train takes them)\n", ignored);
     c.plan_only = true;
     trainer t;
     delta_status st = trainer_setup(&t, &c);

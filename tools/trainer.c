@@ -619,7 +619,20 @@ static delta_status use_shape(trainer *t, int64_t batch, int64_t seq_len) {
  * killed saves of that path left. */
 static delta_status check_outputs(trainer *t) {
     const train_config *c = &t->cfg;
-    delta_status st = DELTA_OK;
+    /* no output may be another output's file or one the run reads (the
+     * data; the JSON log and the trace not --load's or --resume's file
+     * either, while --save may be: a resumed run saves in place) */
+    const char *data = c->data && strcmp(c->data, "fashion-mnist") &&
+                       strcmp(c->data, "synthetic") ? c->data : NULL;
+    const outfile_path p1[] = {
+        {"--save", c->save, true}, {"--json", c->json, true},
+        {"--trace", c->trace, true}, {"--data", data, false}};
+    const outfile_path p2[] = {
+        {"--json", c->json, true}, {"--trace", c->trace, true},
+        {"--load", c->load, false}, {"--resume", c->resume, false}};
+    delta_status st = outfile_distinct(p1, 4, t->err, sizeof t->err);
+    if (st == DELTA_OK) st = outfile_distinct(p2, 4, t->err, sizeof t->err);
+    if (st != DELTA_OK) return st;
     if (c->json) st = outfile_check("--json", c->json, t->err, sizeof t->err);
     if (st == DELTA_OK && c->trace)
         st = outfile_check("--trace", c->trace, t->err, sizeof t->err);
