@@ -38,7 +38,7 @@ typedef struct delta_cpu_backend_opts {
 
 /* Both constructors return NULL and write a message to err on failure
  * (unknown preset, no memory, threads that cannot start). */
-delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
+DELTA_API delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
                                      char *err, size_t err_len);
 
 /* A simulated device (figures and sources: src/backend/sim/presets.c and
@@ -62,16 +62,16 @@ typedef struct delta_gpu_preset {
 
 /* Presets, NULL-name terminated: v100-16g, v100-32g, a100-40g, a100-80g,
  * h100-80g. */
-const delta_gpu_preset *delta_gpu_presets(void);
+DELTA_API const delta_gpu_preset *delta_gpu_presets(void);
 /* The preset of that name (case-sensitive), or NULL. */
-const delta_gpu_preset *delta_gpu_preset_find(const char *name);
+DELTA_API const delta_gpu_preset *delta_gpu_preset_find(const char *name);
 
 typedef struct delta_sim_backend_opts {
     const char *gpu;           /* preset name (NULL: "v100-16g") */
     bool tensor_cores;         /* cost matmul/conv at tensor_flops */
 } delta_sim_backend_opts;
 
-delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
+DELTA_API delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
                                      char *err, size_t err_len);
 
 /* An NVIDIA GPU through CUDA (docs/CUDA.md): the arena is one cudaMalloc
@@ -85,28 +85,28 @@ typedef struct delta_cuda_backend_opts {
     int device;                /* CUDA device ordinal */
 } delta_cuda_backend_opts;
 
-delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
+DELTA_API delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
                                       char *err, size_t err_len);
 /* Whether this build has the CUDA backend (nvcc was found). */
-bool delta_cuda_built(void);
+DELTA_API bool delta_cuda_built(void);
 /* CUDA devices present: > 0, or 0 with the reason in err (no driver, no
  * device, built without CUDA). Never fails otherwise. */
-int delta_cuda_device_count(char *err, size_t err_len);
+DELTA_API int delta_cuda_device_count(char *err, size_t err_len);
 /* What a cuda backend runs convolutions on ("cuDNN 9.x.y", or "im2col +
  * cuBLAS (no cuDNN: why)"); NULL for other backends. */
-const char *delta_cuda_conv_path(const delta_backend *b);
+DELTA_API const char *delta_cuda_conv_path(const delta_backend *b);
 
 /* Drains pending copies, stops the copy engines, frees the arena. NULL is
  * a no-op. */
-void delta_backend_free(delta_backend *b);
+DELTA_API void delta_backend_free(delta_backend *b);
 /* "cpu", "sim" or "cuda"; never NULL. */
-const char *delta_backend_name(const delta_backend *b);
+DELTA_API const char *delta_backend_name(const delta_backend *b);
 /* The link bandwidth in bytes/s (per direction) this backend emulates or
  * models; 0 when unthrottled. */
-double delta_backend_link_bps(const delta_backend *b);
+DELTA_API double delta_backend_link_bps(const delta_backend *b);
 /* Device memory of the backend's device (sim: the preset's; cuda: the
  * GPU's total from cudaMemGetInfo; cpu: 0 = no fixed size). */
-double delta_backend_device_bytes(const delta_backend *b);
+DELTA_API double delta_backend_device_bytes(const delta_backend *b);
 
 #ifdef __cplusplus
 }

@@ -69,13 +69,13 @@ typedef struct delta_dry_block {
 /* Fills *plan for the program recorded in ctx (normally after
  * delta_backward and an optimizer). DELTA_ERR_STATE if ctx holds an error,
  * DELTA_ERR_NOMEM if host scratch runs out; message in err (may be NULL). */
-delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
+DELTA_API delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
                                   char *err, size_t err_len);
 
 /* Writes up to cap blocks of the trace (persistent and input roots first in
  * id order, then activation and gradient roots and workspaces by first op)
  * and returns how many there are in all, or -1 if ctx holds an error. */
-int delta_dry_plan_trace(const delta_ctx *ctx, delta_dry_block *blocks,
+DELTA_API int delta_dry_plan_trace(const delta_ctx *ctx, delta_dry_block *blocks,
                          int cap);
 
 #ifdef __cplusplus

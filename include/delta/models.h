@@ -98,7 +98,7 @@ typedef struct delta_model {
  * be cfg itself). On error writes a message naming the bad field into err
  * (err_len bytes, may be NULL) and returns DELTA_ERR_INVALID_ARG; an
  * unknown name's message lists the valid names. */
-delta_status delta_model_resolve(const delta_model_config *cfg,
+DELTA_API delta_status delta_model_resolve(const delta_model_config *cfg,
                                  delta_model_config *out, char *err,
                                  size_t err_len);
 
@@ -106,20 +106,20 @@ delta_status delta_model_resolve(const delta_model_config *cfg,
  * status; on error out->error says why: a bad config (ctx untouched) or
  * the graph's first error (also in delta_ctx_error). Call delta_backward
  * and an optimizer afterwards for training. */
-delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
+DELTA_API delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
                                delta_model *out);
 
 /* Writes the model's constants (positions 0..T-1, token type 0) through
  * data_of, which returns the host data of a tensor (e.g. a wrapper around
  * delta_exec_data). Call once after the program is placed and before the
  * first run; models without constants write nothing. */
-void delta_model_fill_constants(const delta_model *m,
+DELTA_API void delta_model_fill_constants(const delta_model *m,
                                 void *(*data_of)(void *ud,
                                                  const delta_tensor *t),
                                 void *ud);
 
 /* Names of the built-in models, NULL-terminated. */
-const char *const *delta_model_names(void);
+DELTA_API const char *const *delta_model_names(void);
 
 #ifdef __cplusplus
 }

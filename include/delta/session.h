@@ -30,8 +30,8 @@ typedef struct delta_session delta_session;
  * cache to each, so a policy plans each distinct program once. Not locked:
  * use it from one session at a time. */
 typedef struct delta_plan_cache delta_plan_cache;
-delta_plan_cache *delta_plan_cache_new(void); /* NULL: out of memory */
-void delta_plan_cache_free(delta_plan_cache *c); /* accepts NULL */
+DELTA_API delta_plan_cache *delta_plan_cache_new(void); /* NULL: out of memory */
+DELTA_API void delta_plan_cache_free(delta_plan_cache *c); /* accepts NULL */
 
 typedef struct delta_session_opts {
     delta_backend *backend;   /* not owned; must outlive the session */
@@ -71,7 +71,7 @@ typedef struct delta_session_opts {
 
 /* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,
  * capuchin, autoswap. */
-const char *const *delta_session_policies(void);
+DELTA_API const char *const *delta_session_policies(void);
 
 /* Figures of one step. */
 typedef struct delta_step_stats {
@@ -111,29 +111,29 @@ typedef struct delta_step_stats {
  * BUDGET with a message naming the budget, the minimum and the op that
  * needs it), creates the arena, allocates and initializes persistent
  * tensors. NULL on failure with *status and err set. */
-delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
+DELTA_API delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
                                  delta_status *status, char *err,
                                  size_t err_len);
-void delta_session_free(delta_session *s);
+DELTA_API void delta_session_free(delta_session *s);
 
 /* Runs one step (DELTA_RUN_STEP advances the step counter). */
-delta_status delta_session_run(delta_session *s, delta_run_mode mode,
+DELTA_API delta_status delta_session_run(delta_session *s, delta_run_mode mode,
                                delta_step_stats *stats);
 
 /* Copies data into / out of a tensor wherever it lives. Only persistent
  * tensors (params, state, inputs, consts) and kept outputs (see opts) can
  * be accessed between runs: others give DELTA_ERR_STATE. On sim there is
  * no data: writes are accepted and reads give zeros. */
-delta_status delta_session_write(delta_session *s, const delta_tensor *t,
+DELTA_API delta_status delta_session_write(delta_session *s, const delta_tensor *t,
                                  const void *data, size_t bytes);
-delta_status delta_session_read(delta_session *s, const delta_tensor *t,
+DELTA_API delta_status delta_session_read(delta_session *s, const delta_tensor *t,
                                 void *data, size_t bytes);
 
-int64_t delta_session_step(const delta_session *s);
-void delta_session_set_step(delta_session *s, int64_t step);
-size_t delta_session_budget(const delta_session *s);
+DELTA_API int64_t delta_session_step(const delta_session *s);
+DELTA_API void delta_session_set_step(delta_session *s, int64_t step);
+DELTA_API size_t delta_session_budget(const delta_session *s);
 /* Message of the last failure. */
-const char *delta_session_error(const delta_session *s);
+DELTA_API const char *delta_session_error(const delta_session *s);
 
 #ifdef __cplusplus
 }
