@@ -205,7 +205,7 @@ static int parse(bench *b, int argc, char **argv) {
     c->quiet = true;
     c->eval_batches = 0;
     /* the cells measure; real data would only slow the cpu down */
-    if (!c->data && c->backend == TRAIN_BACKEND_CPU) c->data = "synthetic";
+    if (!c->data && train_on(c, "cpu")) c->data = "synthetic";
     return -1;
 }
 

@@ -148,11 +148,11 @@ static int parse(maxbatch *m, int argc, char **argv) {
         return train_args_error("--budget: maxbatch needs the device's size "
                                 "(e.g. 16GiB); a percentage of the peak "
                                 "changes with the batch being searched");
-    if (c->backend == TRAIN_BACKEND_CPU && c->budget.kind != BUDGET_BYTES)
+    if (train_on(c, "cpu") && c->budget.kind != BUDGET_BYTES)
         return train_args_error("on --backend cpu the device's memory is "
                                 "--budget SIZE (e.g. --budget 64MiB); or "
                                 "use --backend sim --gpu G");
-    if (c->backend == TRAIN_BACKEND_CUDA && c->budget.kind != BUDGET_BYTES)
+    if (train_on(c, "cuda") && c->budget.kind != BUDGET_BYTES)
         return train_args_error("on --backend cuda the device's memory is "
                                 "--budget SIZE, the share of the GPU to "
                                 "search in (e.g. --budget 8GiB)");
@@ -166,7 +166,7 @@ static int parse(maxbatch *m, int argc, char **argv) {
     m->quiet = c->quiet;
     c->quiet = true;
     /* the probes measure; real data would only slow the cpu down */
-    if (!c->data && c->backend == TRAIN_BACKEND_CPU) c->data = "synthetic";
+    if (!c->data && train_on(c, "cpu")) c->data = "synthetic";
     c->eval_batches = 0;
     return -1;
 }

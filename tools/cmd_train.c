@@ -378,11 +378,17 @@ static int parse_args(int argc, char **argv, train_config *c,
         case OPT_QUIET: c->quiet = true; break;
         case OPT_BACKEND:
             backend_set = true;
-            if (!strcmp(a, "cpu")) c->backend = TRAIN_BACKEND_CPU;
-            else if (!strcmp(a, "sim")) c->backend = TRAIN_BACKEND_SIM;
-            else if (!strcmp(a, "cuda")) c->backend = TRAIN_BACKEND_CUDA;
-            else return usage_error("unknown backend '%s'; the backends are "
-                                    "cpu, sim and cuda", a);
+            if (!delta_backend_describe(a)) {
+                char list[128] = "";
+                const char *const *names = delta_backend_names();
+                for (const char *const *n = names; *n; n++)
+                    snprintf(list + strlen(list), sizeof list - strlen(list),
+                             "%s%s", n == names ? "" : n[1] ? ", " : " and ",
+                             *n);
+                return usage_error("unknown backend '%s'; the backends are "
+                                   "%s", a, list);
+            }
+            c->backend = a;
             break;
         case OPT_GPU:
             if (!strcmp(a, "help") || !strcmp(a, "list")) {
@@ -497,20 +503,20 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (!c->model.name && !(ext && ext->model_optional))
         return usage_error("no model given: use --model NAME (e.g. --model "
                            "resnet18)");
-    if (gpu_set && backend_set && c->backend != TRAIN_BACKEND_SIM)
+    if (gpu_set && backend_set && !train_on(c, "sim"))
         return usage_error("--gpu picks a simulated GPU; it needs --backend "
                            "sim");
-    if (gpu_set) c->backend = TRAIN_BACKEND_SIM;
+    if (gpu_set) c->backend = "sim";
     if (c->seq_len_max && c->model.seq_len)
         return usage_error("--seq-len-range and --seq-len both set the "
                            "sequence length; give one of them");
-    if (c->link_set && c->backend == TRAIN_BACKEND_SIM)
+    if (c->link_set && train_on(c, "sim"))
         return usage_error("--link-bw sets the cpu backend's link; a "
                            "simulated GPU has its preset's link");
-    if (c->link_set && c->backend == TRAIN_BACKEND_CUDA)
+    if (c->link_set && train_on(c, "cuda"))
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
-    if (c->device_jitter && c->backend != TRAIN_BACKEND_CPU)
+    if (c->device_jitter && !train_on(c, "cpu"))
         return usage_error("--device-jitter delays the cpu backend's "
                            "streams; use it with --backend cpu");
     /* --hidden: mlp's hidden width, or a transformer's. */

@@ -48,7 +48,7 @@ delta_status resume_check_options(trainer *t) {
         return failf(t, DELTA_ERR_INVALID_ARG, "%s: delta plan trains "
                      "nothing; give it to delta train", opt);
     if ((c->resume || c->checkpoint_every) &&
-        c->backend == TRAIN_BACKEND_SIM)
+        train_on(c, "sim"))
         return failf(t, DELTA_ERR_INVALID_ARG, "%s: the sim backend "
                      "computes no values, so there is no state to save or "
                      "resume", opt);

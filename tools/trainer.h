@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "delta/backend.h"
 #include "delta/data.h"
@@ -42,12 +43,6 @@ typedef enum train_optimizer {
     TRAIN_OPT_SGD,
     TRAIN_OPT_ADAMW,
 } train_optimizer;
-
-typedef enum train_backend {
-    TRAIN_BACKEND_CPU = 0,
-    TRAIN_BACKEND_SIM,
-    TRAIN_BACKEND_CUDA,
-} train_backend;
 
 /* A run's settings. Zero-initialize, then set what the user gave; the
  * fields documented with a default take it when left 0 / NULL / negative
@@ -74,7 +69,9 @@ typedef struct train_config {
     bool quiet;
     int64_t eval_batches;               /* < 0: the whole test split;
                                            0: no evaluation */
-    train_backend backend;
+    /* a name of delta_backend_names() (the library's registry): "cpu",
+     * "sim", "cuda"; NULL: "cpu". Read it through train_backend(). */
+    const char *backend;
     const char *gpu;                    /* sim preset; NULL: v100-16g */
     budget_spec budget;
     const char *policy;                 /* NULL: keep */
@@ -99,6 +96,16 @@ typedef struct train_config {
     /* --check-streams: sessions run on the stream-order checker */
     bool check_streams;
 } train_config;
+
+/* The run's backend name ("cpu" when none was given). */
+static inline const char *train_backend(const train_config *c) {
+    return c->backend ? c->backend : "cpu";
+}
+
+/* Whether the run's backend is the one named. */
+static inline bool train_on(const train_config *c, const char *name) {
+    return strcmp(train_backend(c), name) == 0;
+}
 
 /* Figures of a finished run (the JSON summary holds the same). */
 typedef struct train_result {

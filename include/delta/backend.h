@@ -96,6 +96,35 @@ DELTA_API int delta_cuda_device_count(char *err, size_t err_len);
  * cuBLAS (no cuDNN: why)"); NULL for other backends. */
 DELTA_API const char *delta_cuda_conv_path(const delta_backend *b);
 
+/* Backends by name, through one registry (src/backend/backend.c): "cpu",
+ * "sim" and "cuda", each made from its own options (the member of
+ * delta_backend_opts named like it; the others are not read). A program
+ * that takes the backend as a word (a command line, a config file) makes
+ * it with one call:
+ *     delta_backend *b = delta_backend_new(name, &(delta_backend_opts){
+ *         .sim = &(delta_sim_backend_opts){.gpu = "a100-80g"}}, err, n); */
+typedef struct delta_backend_opts {
+    const delta_cpu_backend_opts *cpu;    /* for "cpu"; NULL: defaults */
+    const delta_sim_backend_opts *sim;    /* for "sim"; NULL: defaults */
+    const delta_cuda_backend_opts *cuda;  /* for "cuda"; NULL: device 0 */
+} delta_backend_opts;
+
+/* The registered names, NULL-terminated: "cpu", "sim", "cuda" (cuda is
+ * listed in every build; delta_backend_new says why it cannot be made). */
+DELTA_API const char *const *delta_backend_names(void);
+/* One line on what the named backend is, or NULL for an unknown name. */
+DELTA_API const char *delta_backend_describe(const char *name);
+/* The backend of that name (opts NULL: every backend's defaults). NULL
+ * with a message in err for an unknown name ("unknown backend 'x'; the
+ * backends are cpu, sim and cuda", DELTA_ERR_INVALID_ARG in *status) or
+ * one that cannot be made (its constructor's message; *status
+ * DELTA_ERR_UNSUPPORTED for a build without it, else DELTA_ERR_STATE).
+ * status may be NULL. */
+DELTA_API delta_backend *delta_backend_new(const char *name,
+                                           const delta_backend_opts *opts,
+                                           delta_status *status, char *err,
+                                           size_t err_len);
+
 /* Drains pending copies, stops the copy engines, frees the arena. NULL is
  * a no-op. */
 DELTA_API void delta_backend_free(delta_backend *b);
