@@ -1,10 +1,11 @@
 /* The trainer: from a run's settings to a trained model. It picks the data
  * (Fashion-MNIST, a text file or synthetic samples) and fits the model to
  * it, builds the step program (model, backward, optimizer), sizes the
- * budget against the dry plan, places the program in a session on a cpu or
- * sim backend, and then trains, evaluates and saves. The `train` command
- * is cmd_train.c around it; later commands (maxbatch, bench) reuse the
- * phases.
+ * budget against the dry plan, places the program in a session on the
+ * backend named (cpu, sim or cuda, made through the library's registry)
+ * with the policy named (delta with a budget, keep without), and then
+ * trains, evaluates and saves. The `train` command is cmd_train.c around
+ * it; maxbatch and bench run it per probe or cell (cell.c).
  *
  * Every phase returns a delta_status and writes a message into the
  * trainer's err; trainer_exit_code maps a status to the tool's exit
@@ -74,7 +75,8 @@ typedef struct train_config {
     const char *backend;
     const char *gpu;                    /* sim preset; NULL: v100-16g */
     budget_spec budget;
-    const char *policy;                 /* NULL: keep */
+    const char *policy;                 /* NULL: keep without a budget,
+                                           delta with one */
     double link_gbps;                   /* cpu link; used when link_set */
     bool link_set;
     /* --device-jitter: the cpu backend's jitter_seed (0: none) */

@@ -1,13 +1,17 @@
 /* delta — backends: where a program's ops run and its device bytes live.
  *   cpu  real kernels; the device is one arena of exactly the budget in
- *        host memory; two copy-engine threads move data to and from a
- *        separate host store, throttled to an emulated link bandwidth.
+ *        host memory; a compute-engine thread runs the kernels and two
+ *        copy-engine threads move data to and from a separate host store,
+ *        throttled to an emulated link bandwidth.
  *   sim  a virtual GPU (presets below): nothing is computed or allocated;
  *        ops advance a compute clock by a roofline cost model, copies
  *        advance two copy-stream clocks, and issuing either advances a
  *        virtual host clock (launch costs), so a step is host- or
  *        device-bound as it would be on the GPU.
- * The runtime drives a backend through the internal interface in
+ *   cuda an NVIDIA GPU (docs/CUDA.md): one cudaMalloc of the budget,
+ *        pinned host store, CUDA streams, deterministic kernels.
+ * Each has its constructor below, and delta_backend_new makes any of them
+ * by name. The runtime drives a backend through the internal interface in
  * src/backend/backend.h; this header only creates and describes them. */
 #ifndef DELTA_BACKEND_H
 #define DELTA_BACKEND_H
@@ -36,8 +40,8 @@ typedef struct delta_cpu_backend_opts {
     uint64_t jitter_seed;
 } delta_cpu_backend_opts;
 
-/* Both constructors return NULL and write a message to err on failure
- * (unknown preset, no memory, threads that cannot start). */
+/* The constructors return NULL and write a message to err on failure
+ * (unknown preset, no memory, threads that cannot start, no GPU). */
 DELTA_API delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
                                      char *err, size_t err_len);
 

@@ -1,7 +1,9 @@
 /* delta — the built-in models, built only through the public graph API.
  *
  * Families and their tensor names (so checkpoints interchange with
- * PyTorch as safetensors):
+ * PyTorch as safetensors; the tool's files add the tied aliases
+ * transformers lists, lm_head.weight and cls.predictions.decoder.*:
+ * docs/CHECKPOINTS.md):
  *   mlp                      "fc1.weight", "fc1.bias", ... "fc3.bias"
  *                            (nn.Linear layout (out, in))
  *   resnet18/34/50/101/152   torchvision's ResNet ("conv1.weight",
@@ -31,9 +33,7 @@
  *  - BERT's word-embedding row 0 (the padding token) is not zeroed at init
  *    and its lookup gradient is not stopped (nn.Embedding padding_idx).
  *    Both agree whenever padding positions are masked and have target
- *    -100, the only way padding is meant to be used.
- *  - BERT's GELU is the tanh form until graph.h offers the erf form (see
- *    src/models/bert.c). */
+ *    -100, the only way padding is meant to be used. */
 #ifndef DELTA_MODELS_H
 #define DELTA_MODELS_H
 

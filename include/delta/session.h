@@ -1,15 +1,17 @@
-/* delta — a session runs a step program on a backend inside a device
- * budget. Every device byte (parameters, gradients, optimizer state,
- * inputs, activations, workspace) lives in one arena of the backend; the
- * pool places each tensor (online on the first step, replaying the
- * lifetime planner's offsets afterwards).
+/* delta — a session runs a step program on a backend (cpu, sim or cuda)
+ * inside a device budget. Every device byte (parameters, gradients,
+ * optimizer state, inputs, activations, workspace) lives in one arena of
+ * the backend, and every policy runs on one runtime (the managed runtime:
+ * docs/ARCHITECTURE.md, "The session and the runtime").
  *
  * Policies: "keep" (every tensor stays on the device until its last use,
- * laid out once by the lifetime planner, so the budget must hold the
- * planned peak) and the managed ones, which swap tensors to the host store
- * and back and drop and recompute activations so that a step fits any
- * budget from the dry plan's minimum up: swap (vDNN), checkpoint (sqrt n),
- * dtr, capuchin, autoswap (docs/POLICIES.md). */
+ * at offsets the lifetime planner gives once, so the budget must hold the
+ * planned peak); "delta", the one to use with a budget (it prices
+ * swapping each tensor to the host store against recomputing it and
+ * prefetches so the cost hides); and the peers, which also swap and drop
+ * and recompute activations so that a step fits a budget from the dry
+ * plan's minimum up: swap (vDNN), checkpoint (sqrt n), dtr, capuchin,
+ * autoswap (docs/POLICIES.md). Every policy computes the same bits. */
 #ifndef DELTA_SESSION_H
 #define DELTA_SESSION_H
 
@@ -69,13 +71,15 @@ typedef struct delta_session_opts {
     bool check_streams;
 } delta_session_opts;
 
-/* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,
- * capuchin, autoswap. */
+/* Names of the policies, NULL-terminated: keep, delta and the peers
+ * (swap, checkpoint, dtr, capuchin, autoswap); the one list the runtime
+ * has (src/runtime/policy/table.c). */
 DELTA_API const char *const *delta_session_policies(void);
 
 /* Figures of one step. */
 typedef struct delta_step_stats {
-    double step_s;               /* wall (cpu) or simulated (sim) seconds */
+    double step_s;               /* device seconds: wall (cpu), simulated
+                                    (sim) or from GPU events (cuda) */
     size_t peak_device_bytes;    /* arena high-water mark of the step */
     size_t live_peak_bytes;      /* peak of bytes in use */
     size_t swap_out_bytes, swap_in_bytes;   /* bytes copied each way */
