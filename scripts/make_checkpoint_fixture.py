@@ -27,7 +27,11 @@ The modules are the reference modules of scripts/make_model_fixtures.py:
 torchvision's ResNet with a width parameter (and torchvision's own ResNet
 when the width is torchvision's 64 and torchvision is installed), and
 minimal modules with exactly Hugging Face's GPT2LMHeadModel and
-BertForMaskedLM parameter names and layouts. The safetensors files are
+BertForMaskedLM parameter names and layouts; --check loads GPT-2 and BERT
+files into HFGPT2LMHeadModel and HFBertForMaskedLM below, whose tied heads
+(lm_head.weight; cls.predictions.decoder.{weight,bias}) are in their state
+dicts as in transformers', and requires the metadata format transformers'
+loader requires ("pt"). The safetensors files are
 read and written by the small pure-Python code below (json + struct), not
 by the safetensors package.
 
@@ -87,6 +91,46 @@ def read_safetensors(path):
         vals = struct.unpack("<%d%s" % (count, fmt), data[b:end])
         out[name] = torch.tensor(vals, dtype=dtype).reshape(e["shape"])
     return out, meta
+
+
+# ---- transformers' task modules, exactly as their state dicts are ------------
+
+class HFGPT2LMHeadModel(GPT2LMHeadModel):
+    """transformers' GPT2LMHeadModel: lm_head is an nn.Linear(C, V,
+    bias=False) whose weight is transformer.wte.weight (tied), so
+    state_dict() lists lm_head.weight beside the embedding and
+    load_state_dict(strict=True) requires it. Its attention's causal-mask
+    buffers (attn.bias, attn.masked_bias) are non-persistent in
+    transformers, so no state dict holds them."""
+
+    def __init__(self, L, C, nh, V, P):
+        super().__init__(L, C, nh, V, P)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, tokens):
+        h = self.transformer(tokens)
+        return self.lm_head(h).reshape(-1, self.lm_head.weight.shape[0])
+
+
+class HFBertForMaskedLM(BertForMaskedLM):
+    """transformers' BertForMaskedLM: cls.predictions.decoder is an
+    nn.Linear(C, V) whose weight is the word embeddings and whose bias is
+    cls.predictions.bias (both tied), listed in state_dict() under the
+    decoder's names too."""
+
+    def __init__(self, L, C, nh, V, P, act):
+        super().__init__(L, C, nh, V, P, act=act)
+        pred = self.cls.predictions
+        pred.decoder = nn.Linear(C, V)
+        pred.decoder.weight = self.bert.embeddings.word_embeddings.weight
+        pred.decoder.bias = pred.bias
+
+
+# transformers' from_pretrained refuses a safetensors file whose metadata
+# has no "format" among these (modeling_utils: "does not contain the valid
+# metadata")
+TRANSFORMERS_FORMATS = ("pt", "tf", "flax", "mlx")
 
 
 # ---- the fixtures -------------------------------------------------------------
@@ -150,11 +194,12 @@ def module_for(meta):
         return ResNet(block, layers, classes=cfg["classes"],
                       width=cfg["width"], channels=cfg["channels"])
     if name.startswith("gpt2"):
-        return GPT2LMHeadModel(cfg["layers"], cfg["hidden"], cfg["heads"],
-                               cfg["vocab"], cfg["positions"])
+        return HFGPT2LMHeadModel(cfg["layers"], cfg["hidden"], cfg["heads"],
+                                 cfg["vocab"], cfg["positions"])
     if name.startswith("bert"):
-        return BertForMaskedLM(cfg["layers"], cfg["hidden"], cfg["heads"],
-                               cfg["vocab"], cfg["positions"], act=gelu_tanh)
+        return HFBertForMaskedLM(cfg["layers"], cfg["hidden"], cfg["heads"],
+                                 cfg["vocab"], cfg["positions"],
+                                 act=gelu_tanh)
     raise ValueError("unknown model '%s' in the metadata" % name)
 
 
@@ -192,9 +237,10 @@ def torch_optimizer(m, opt_sd, meta):
 
 def check(path):
     sd, meta = read_safetensors(path)
-    if meta.get("format") != "delta":
-        raise ValueError("metadata format is %r, expected 'delta'"
-                         % meta.get("format"))
+    if meta.get("format") not in TRANSFORMERS_FORMATS:
+        raise ValueError("metadata format is %r: transformers' loader takes "
+                         "only %s" % (meta.get("format"),
+                                      ", ".join(TRANSFORMERS_FORMATS)))
     opt_sd = {k: sd.pop(k) for k in list(sd) if k.startswith("optimizer.")}
     if opt_sd and meta.get("checkpoint") != "training":
         raise ValueError("optimizer entries in a file that is not a "

@@ -260,6 +260,25 @@ static inline bool have_gnuplot(void) {
     return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
 
+/* Debian's /usr/bin/python3 has PyTorch (package python3-torch). */
+static inline bool have_pytorch(void) {
+    return system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+/* Runs scripts/make_checkpoint_fixture.py --check on files (paths
+ * separated by spaces): PyTorch modules load each strictly. Its output
+ * goes into out; returns its exit status. */
+static inline int pytorch_check(const char *files, char *out, size_t cap) {
+    char log[128], cmd[1024];
+    snprintf(log, sizeof log, "%s/pytorch_check.log", tmpdir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 "
+             "scripts/make_checkpoint_fixture.py --check %s >%s 2>&1", files,
+             log);
+    int rc = system(cmd);
+    slurp(log, out, cap);
+    return rc;
+}
+
 /* Tensors of a that are not num_batches_tracked (or skip) must be in b
  * with the same dtype, shape and bytes; and the counts must agree. */
 static inline void same_tensors(const char *pa, const char *pb,

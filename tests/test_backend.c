@@ -956,7 +956,64 @@ static void test_sim_roofline(void) {
     delta_ctx_free(ctx);
 }
 
+/* Backends by name through the registry (delta_backend_new): each name
+ * makes its backend from its own options, an unknown name is refused with
+ * a message listing the names, and cuda says why it cannot be made where
+ * it cannot. */
+static void test_backend_registry(void) {
+    const char *const *names = delta_backend_names();
+    CHECK(names[0] && !strcmp(names[0], "cpu") && names[1] &&
+          !strcmp(names[1], "sim") && names[2] && !strcmp(names[2], "cuda") &&
+          !names[3], "names: %s %s %s", names[0], names[1], names[2]);
+    for (int i = 0; names[i]; i++)
+        CHECK(delta_backend_describe(names[i]), "%s: no description", names[i]);
+    CHECK(!delta_backend_describe("tpu"));
+    char err[256] = "";
+    delta_status st = DELTA_OK;
+    delta_backend *b = delta_backend_new(
+        "sim", &(delta_backend_opts){
+                   .sim = &(delta_sim_backend_opts){.gpu = "a100-80g"},
+                   .cpu = &(delta_cpu_backend_opts){.link_gbps = 3}},
+        &st, err, sizeof err);
+    CHECK(b && st == DELTA_OK && !strcmp(delta_backend_name(b), "sim") &&
+              delta_backend_device_bytes(b) ==
+                  delta_gpu_preset_find("a100-80g")->memory_bytes,
+          "sim by name: %s", err);
+    delta_backend_free(b);
+    b = delta_backend_new("cpu", &(delta_backend_opts){
+                                     .cpu = &(delta_cpu_backend_opts){
+                                         .link_gbps = 2, .link_latency_s = -1}},
+                          &st, err, sizeof err);
+    CHECK(b && !strcmp(delta_backend_name(b), "cpu") &&
+              delta_backend_link_bps(b) == 2e9,
+          "cpu by name: %s", err);
+    delta_backend_free(b);
+    b = delta_backend_new("sim", NULL, NULL, err, sizeof err);  /* defaults */
+    CHECK(b && delta_backend_device_bytes(b) ==
+                   delta_gpu_preset_find("v100-16g")->memory_bytes,
+          "sim with no options: %s", err);
+    delta_backend_free(b);
+    b = delta_backend_new("tpu", NULL, &st, err, sizeof err);
+    CHECK(!b && st == DELTA_ERR_INVALID_ARG &&
+              strstr(err, "unknown backend 'tpu'; the backends are cpu, sim "
+                          "and cuda"), "unknown: %d %s", st, err);
+    b = delta_backend_new(NULL, NULL, &st, err, sizeof err);
+    CHECK(!b && st == DELTA_ERR_INVALID_ARG);
+    char why[256];
+    b = delta_backend_new("cuda", NULL, &st, err, sizeof err);
+    if (b) {
+        CHECK(!strcmp(delta_backend_name(b), "cuda"));
+        delta_backend_free(b);
+    } else {
+        CHECK(st == (delta_cuda_built() ? DELTA_ERR_STATE
+                                        : DELTA_ERR_UNSUPPORTED) &&
+                  strstr(err, "cuda"), "cuda: %d %s", st, err);
+        CHECK(!delta_cuda_built() || delta_cuda_device_count(why, sizeof why) == 0);
+    }
+}
+
 int main(void) {
+    TEST_RUN(test_backend_registry);
     TEST_RUN(test_cpu_arena_exact);
     TEST_RUN(test_cpu_host_alloc);
     TEST_RUN(test_cpu_copy_order);

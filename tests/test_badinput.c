@@ -419,6 +419,69 @@ static void test_malformed_idx(void) {
           "--data", d, "--image-size", "28");
 }
 
+/* ---- what was quietly accepted (issue 16, defect 13) -------------------------- */
+
+static void test_quiet_acceptances(void) {
+    char ck[128], dotted[160], text[128], log[128];
+    path_in_tmp(ck, sizeof ck, "q_ck.safetensors");
+    snprintf(dotted, sizeof dotted, "%s/./q_ck.safetensors", tmpdir);
+    path_in_tmp(text, sizeof text, "q_notes.txt");
+    path_in_tmp(log, sizeof log, "q_log.jsonl");
+    char body[200];
+    for (size_t i = 0; i + 1 < sizeof body; i++) body[i] = (char)('a' + i % 26);
+    body[sizeof body - 1] = '\0';
+    CHECK(write_text(text, body), "writing %s", text);
+#define MLP "--model", "mlp", "--data", "synthetic"
+    TRAIN(MLP, "--steps", "1", "--checkpoint-every", "1", "--save", ck);
+    CHECK(res.status == 0, "checkpoint: %d %s", res.status, res.err);
+    /* --resume without --save: the continued run would be thrown away */
+    TRAIN(MLP, "--steps", "2", "--resume", ck);
+    CHECK(res.status == 0 && strstr(res.err, "warning: --resume without "
+                                    "--save"),
+          "--resume without --save: status %d, stderr %.400s", res.status,
+          res.err);
+    TRAIN(MLP, "--steps", "2", "--resume", ck, "--save", ck, "--quiet");
+    CHECK(res.status == 0 && !strstr(res.err, "warning"),
+          "--resume with --save: status %d, stderr %.400s", res.status,
+          res.err);
+    /* two outputs on one file, also when the text differs */
+    FAILS(2, "--json and --trace name the same file", MLP, "--steps", "1",
+          "--json", log, "--trace", log);
+    FAILS(2, "--save and --json name the same file", MLP, "--steps", "1",
+          "--save", ck, "--json", dotted);
+    FAILS(2, "--save and --trace name the same file", MLP, "--steps", "1",
+          "--save", log, "--trace", log);
+    /* an output on the file the run reads */
+    FAILS(2, "is also --data's file", "--model", "gpt2-tiny", "--steps",
+          "1", "--data", text, "--save", text);
+    FAILS(2, "is also --data's file", "--model", "gpt2-tiny", "--steps",
+          "1", "--data", text, "--json", text);
+    FAILS(2, "is also --resume's file", MLP, "--steps", "3", "--resume", ck,
+          "--json", dotted);
+    FAILS(2, "is also --load's file", MLP, "--steps", "1", "--load", ck,
+          "--trace", ck);
+    CHECK(file_holds(text, body), "a refused run changed %s", text);
+    /* ... but --save over --load's or --resume's file is the usual way */
+    TRAIN(MLP, "--steps", "1", "--load", ck, "--save", ck, "--quiet");
+    CHECK(res.status == 0, "--load and --save on one file: %d %s",
+          res.status, res.err);
+#undef MLP
+    /* delta plan names the options it does not use */
+    const char *plan[] = {"plan", "--model", "mlp", "--steps", "5", "--lr",
+                          "0.1", "--budget", "50%", "--policy", "dtr", NULL};
+    run_tool(&res, false, plan);
+    CHECK(res.status == 0 && strstr(res.err, "warning: ignoring --steps, "
+                                    "--lr, --budget, --policy"),
+          "plan with train's options: status %d, stderr %.400s", res.status,
+          res.err);
+    const char *plan_ok[] = {"plan", "--model", "mlp", "--batch", "8",
+                             "--optimizer", "adamw", NULL};
+    run_tool(&res, false, plan_ok);
+    CHECK(res.status == 0 && !strstr(res.err, "warning"),
+          "plan with its own options warns: status %d, stderr %.400s",
+          res.status, res.err);
+}
+
 int main(int argc, char **argv) {
     if (!cli_setup(argc, argv, "delta_test_badinput")) return 1;
     TEST_RUN(test_every_option_needs_its_value);
@@ -429,6 +492,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_paths);
     TEST_RUN(test_malformed_checkpoints);
     TEST_RUN(test_malformed_idx);
+    TEST_RUN(test_quiet_acceptances);
     cli_cleanup();
     TEST_MAIN_END();
 }

@@ -480,7 +480,7 @@ static void test_save_load_roundtrip(void) {
     const char *step = f ? delta_st_metadata(f, "step") : NULL;
     const char *fmt = f ? delta_st_metadata(f, "format") : NULL;
     const char *model = f ? delta_st_metadata(f, "model") : NULL;
-    CHECK(step && !strcmp(step, "2") && fmt && !strcmp(fmt, "delta") &&
+    CHECK(step && !strcmp(step, "2") && fmt && !strcmp(fmt, "pt") &&
               model && !strcmp(model, "gpt2-tiny"),
           "metadata step '%s' format '%s' model '%s'", step ? step : "",
           fmt ? fmt : "", model ? model : "");
@@ -630,6 +630,127 @@ static void test_pytorch_checkpoints(void) {
           gp, "--quiet");
     CHECK(res.status == 0, "training from %s: status %d: %s", gp,
           res.status, res.err);
+}
+
+/* gp's tensors into path, as transformers would write them: without
+ * lm_head.weight (save_pretrained leaves tied aliases out), each name
+ * stripped of "transformer." when base (a GPT2Model's file, as the Hub's
+ * gpt2), and lm_head.weight set to other values than the embedding when
+ * untied. "format": "pt". */
+static void write_hf_variant(const char *gp, const char *path, bool base,
+                             bool untied) {
+    delta_st_file *f = delta_st_open(gp, NULL, NULL, 0);
+    CHECK(f != NULL, "cannot open %s", gp);
+    if (!f) return;
+    int n = delta_st_count(f), k = 0;
+    delta_st_entry *e = calloc((size_t)n, sizeof *e);
+    float *other = NULL;
+    for (int i = 0; e && i < n; i++) {
+        const delta_st_tensor *t = delta_st_at(f, i);
+        const char *name = t->name;
+        if (!strcmp(name, "lm_head.weight") && !untied) continue;
+        if (base && !strncmp(name, "transformer.", 12)) name += 12;
+        e[k] = (delta_st_entry){.name = name, .st_dtype = t->st_dtype,
+                                .ndim = t->ndim, .data = t->data};
+        memcpy(e[k].shape, t->shape, sizeof e[k].shape);
+        if (!strcmp(name, "lm_head.weight")) {
+            other = calloc(1, t->nbytes);
+            e[k].data = other;
+        }
+        k++;
+    }
+    const char *meta[] = {"format", "pt"};
+    CHECK(e && delta_st_write(path, e, k, meta, 1, NULL, 0) == DELTA_OK,
+          "writing %s", path);
+    free(other);
+    free(e);
+    delta_st_close(f);
+}
+
+/* Hugging Face GPT-2 files both ways (issue 16, defect 7): delta writes
+ * "format": "pt" (transformers' loader refuses anything else) and the tied
+ * lm_head.weight as a copy of transformer.wte.weight (a GPT2LMHeadModel's
+ * state dict lists it, so load_state_dict(strict=True) wants it); it reads
+ * files with the head and without it, and files of a GPT2Model (no
+ * "transformer." prefix), and warns when a file's head is not tied. The
+ * other side, a module shaped exactly like transformers' loading delta's
+ * files strictly, is test_resume's test_pytorch_takes_checkpoints. */
+static void test_hugging_face_gpt2(void) {
+    const char *gp = "tests/fixtures/checkpoints/gpt2_torch.safetensors";
+    char out[128], noh[128], base[128], untied[128];
+    path_in_tmp(out, sizeof out, "hf_out.safetensors");
+    path_in_tmp(noh, sizeof noh, "hf_nohead.safetensors");
+    path_in_tmp(base, sizeof base, "hf_base.safetensors");
+    path_in_tmp(untied, sizeof untied, "hf_untied.safetensors");
+#define HF_TINY "--model", "gpt2-tiny", "--hidden", "32", "--steps", "0"
+    TRAIN(HF_TINY, "--load", gp, "--save", out);
+    CHECK(res.status == 0, "loading %s: %d %s", gp, res.status, res.err);
+    delta_st_file *f = delta_st_open(out, NULL, NULL, 0);
+    const delta_st_tensor *head = f ? delta_st_find(f, "lm_head.weight") : NULL;
+    const delta_st_tensor *wte = f ? delta_st_find(f, "transformer.wte.weight")
+                                   : NULL;
+    const char *fmt = f ? delta_st_metadata(f, "format") : NULL;
+    CHECK(fmt && !strcmp(fmt, "pt"), "format '%s', want 'pt'",
+          fmt ? fmt : "(none)");
+    CHECK(head && wte && head->nbytes == wte->nbytes &&
+              head->ndim == 2 && head->shape[0] == wte->shape[0] &&
+              head->shape[1] == wte->shape[1] &&
+              !memcmp(head->data, wte->data, wte->nbytes),
+          "lm_head.weight should be saved as a copy of the embedding");
+    delta_st_close(f);
+    same_tensors(gp, out, NULL);  /* the fixture's head is the copy too */
+
+    write_hf_variant(gp, noh, false, false);
+    write_hf_variant(gp, base, true, false);
+    write_hf_variant(gp, untied, false, true);
+    const char *files[] = {noh, base};
+    for (int i = 0; i < 2; i++) {
+        TRAIN(HF_TINY, "--load", files[i], "--save", out);
+        CHECK(res.status == 0 && !strstr(res.err, "warning"),
+              "loading %s: status %d, stderr %.400s", files[i], res.status,
+              res.err);
+        same_tensors(gp, out, NULL);
+    }
+    TRAIN(HF_TINY, "--load", untied, "--quiet");
+    CHECK(res.status == 0 && strstr(res.err, "warning: 'lm_head.weight' in") &&
+              strstr(res.err, "differs from 'transformer.wte.weight'"),
+          "an untied head: status %d, stderr %.400s", res.status, res.err);
+    /* BERT's tied decoder is written too */
+    TRAIN("--model", "bert-tiny", "--layers", "1", "--steps", "0", "--save",
+          out, "--quiet");
+    f = delta_st_open(out, NULL, NULL, 0);
+    CHECK(f && delta_st_find(f, "cls.predictions.decoder.weight") &&
+              delta_st_find(f, "cls.predictions.decoder.bias"),
+          "bert-tiny: no cls.predictions.decoder.{weight,bias} (%d)",
+          res.status);
+    delta_st_close(f);
+#undef HF_TINY
+}
+
+/* A module shaped exactly like transformers' GPT2LMHeadModel (tied
+ * lm_head.weight in its state dict) and BertForMaskedLM (tied decoder)
+ * takes delta's files with load_state_dict(strict=True), and their
+ * metadata format is one transformers' loader accepts
+ * (scripts/make_checkpoint_fixture.py --check). Skipped without Debian's
+ * python3-torch. */
+static void test_transformers_load_strictly(void) {
+    if (!have_pytorch())
+        TEST_SKIP("no PyTorch in /usr/bin/python3 (package python3-torch)");
+    char g[128], b[128], files[300];
+    path_in_tmp(g, sizeof g, "strict_gpt2.safetensors");
+    path_in_tmp(b, sizeof b, "strict_bert.safetensors");
+    TRAIN("--model", "gpt2-tiny", "--hidden", "32", "--steps", "1", "--save",
+          g, "--quiet");
+    CHECK(res.status == 0, "gpt2 save: %d %s", res.status, res.err);
+    TRAIN("--model", "bert-tiny", "--layers", "1", "--steps", "1", "--save",
+          b, "--quiet");
+    CHECK(res.status == 0, "bert save: %d %s", res.status, res.err);
+    snprintf(files, sizeof files, "%s %s", g, b);
+    static char out[4096];
+    int rc = pytorch_check(files, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "model gpt2-tiny") &&
+              strstr(out, "model bert-tiny"),
+          "transformers-shaped modules: %d %s", rc, out);
 }
 
 /* ---- training --------------------------------------------------------------- */
@@ -950,6 +1071,8 @@ int main(int argc, char **argv) {
     TEST_RUN(test_save_load_roundtrip);
     TEST_RUN(test_load_errors);
     TEST_RUN(test_pytorch_checkpoints);
+    TEST_RUN(test_hugging_face_gpt2);
+    TEST_RUN(test_transformers_load_strictly);
     TEST_RUN(test_loss_falls_on_fashion_mnist);
     TEST_RUN(test_fallback_without_fashion_mnist);
     TEST_RUN(test_sim_backend);

@@ -9,7 +9,9 @@
 #    bytes stay within the budget, which is below the unconstrained peak;
 #    the shared one loads the installed libdelta.so, the static one none;
 #  - every C example of docs/API.md compiles against the installed
-#    headers, links and runs.
+#    headers, links and runs; its shared and static link commands, run as
+#    they stand under that prefix, give programs that run (the shared one
+#    finding libdelta.so through its rpath).
 # Runs from make test (tests/run.sh), which passes the build's make
 # variables in DELTA_MAKE_VARS (e.g. SANITIZE=address,undefined), so the
 # build under test is the one installed. Prints ok/FAIL lines and
@@ -81,7 +83,10 @@ check "make install PREFIX" mk install PREFIX="$prefix"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 check "pkg-config --modversion" test "$(pkg-config --modversion delta)" = "$version"
 mkdir -p "$tmp/ex"
-check "examples build" make -C "$root/examples" -s O="$tmp/ex" CC="$cc"
+# as examples/Makefile's header says, the prefix on make's command line
+# (GNU make 4.3 does not hand it to $(shell) by itself)
+check "examples build (make PKG_CONFIG_PATH=...)" env -u PKG_CONFIG_PATH \
+    make -C "$root/examples" -s O="$tmp/ex" CC="$cc" PKG_CONFIG_PATH="$PKG_CONFIG_PATH"
 finish example_builds
 
 # run_example FORM: runs the example and checks its summary line
@@ -136,6 +141,35 @@ for src in "$tmp/api"/snippet*.c; do
 done
 check "docs/API.md has examples ($n)" test "$n" -ge 5
 finish api_doc_examples
+
+# ---- docs/API.md's link commands, as they stand -------------------------
+# "Building against delta": the cc lines marked "# shared" and "# static"
+# (continuations joined) build its first program as prog.c under this
+# prefix; each must run with no LD_LIBRARY_PATH, the shared one loading
+# the installed libdelta.so through the rpath the command records.
+mkdir -p "$tmp/link"
+cp "$tmp/api/snippet01.c" "$tmp/link/prog.c" 2>/dev/null
+awk '/^## Building against delta/ { f = 1 } f && /^```sh$/ { i = 1; next }
+     i && /^```/ { exit } i' "$root/docs/API.md" |
+    sed -e ':a' -e '/\\$/N; s/\\\n//; ta' >"$tmp/link/block.sh"
+for form in shared static; do
+    cmd=$(grep "^cc .*# $form\$" "$tmp/link/block.sh" | sed 's/#.*//')
+    check "API.md has a $form command" test -n "$cmd"
+    [ -n "$cmd" ] || continue
+    [ "$cc" = cc ] || cmd="$cc ${cmd#cc }"
+    rm -f "$tmp/link/prog"
+    check "the $form command builds: $cmd" bash -c "cd '$tmp/link' && $cmd"
+    check "its program runs" env -u LD_LIBRARY_PATH "$tmp/link/prog"
+    if [ $form = shared ]; then
+        check "it loads $prefix/lib/libdelta.so.$major" \
+            grep -q "libdelta.so.$major => $prefix/lib/libdelta.so.$major" \
+            <(env -u LD_LIBRARY_PATH ldd "$tmp/link/prog")
+    else
+        check "it needs no libdelta.so" \
+            bash -c "! ldd '$tmp/link/prog' | grep -q libdelta"
+    fi
+done
+finish api_doc_link_commands
 
 echo "# results: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

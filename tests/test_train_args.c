@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "commands.h"
 #include "progress.h"
 #include "test.h"
@@ -116,9 +117,39 @@ static void test_progress_rate_recent(void) {
           last ? last : buf);
 }
 
+/* Reports label a run by its backend's name: a CUDA run was labeled "cpu"
+ * by bench's labels and CSV and maxbatch's JSON (a ternary of sim or
+ * cpu). */
+static void test_labels_name_the_backend(void) {
+    bench b;
+    memset(&b, 0, sizeof b);
+    bench_model bm = {.name = "resnet50", .batch = 8, .image_size = 224,
+                      .optimizer = "sgd"};
+    char label[256];
+    static const char *const names[] = {"cpu", "cuda"};
+    for (int i = 0; i < 2; i++) {
+        b.base.backend = names[i];
+        bench_label(&b, &bm, label, sizeof label);
+        CHECK(!strncmp(label, names[i], strlen(names[i])) &&
+                  label[strlen(names[i])] == ':',
+              "%s run labeled '%s'", names[i], label);
+    }
+    b.base.backend = NULL;  /* not given: cpu */
+    bench_label(&b, &bm, label, sizeof label);
+    CHECK(!strncmp(label, "cpu:", 4), "default labeled '%s'", label);
+    train_config c;
+    char *argv[] = {"train", "--model", "mlp", "--backend", "cuda", NULL};
+    CHECK(train_parse_args(5, argv, &c) == -1 && train_on(&c, "cuda") &&
+          !strcmp(train_backend(&c), "cuda"));
+    static const char *const bad[] = {"--model", "mlp", "--backend", "tpu",
+                                      NULL};
+    CHECK(parse(&c, bad) == 2);
+}
+
 int main(void) {
     TEST_RUN(test_parse_twice_after_cluster);
     TEST_RUN(test_parse_values);
     TEST_RUN(test_progress_rate_recent);
+    TEST_RUN(test_labels_name_the_backend);
     TEST_MAIN_END();
 }

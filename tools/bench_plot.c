@@ -160,7 +160,7 @@ static bool write_script(const bench *b, const char *gp_path, int *n_png) {
     gnuplot_preamble(gp, "delta bench's plots");
     bool ok = true;
     char path[4096], trace[4096], label[256];
-    const char *clock = b->base.backend == TRAIN_BACKEND_SIM
+    const char *clock = train_on(&b->base, "sim")
                             ? "simulated ms" : "ms";
     *n_png = 0;
     for (int i = 0; i < b->n_models; i++) {

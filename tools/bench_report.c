@@ -32,12 +32,13 @@ const char *bench_label(const bench *b, const bench_model *bm, char *buf,
         snprintf(shape, sizeof shape, " T %" PRId64, bm->seq_len);
     else
         shape[0] = '\0';
-    if (c->backend == TRAIN_BACKEND_SIM)
+    if (train_on(c, "sim"))
         snprintf(buf, n, "sim %s: %s%s, batch %" PRId64 ", %s", bm->cfg.gpu,
                  bm->name, shape, bm->batch, bm->optimizer);
     else
-        snprintf(buf, n, "cpu: %s%s, batch %" PRId64 ", %s", bm->name, shape,
-                 bm->batch, bm->optimizer);
+        snprintf(buf, n, "%s: %s%s, batch %" PRId64 ", %s",
+                 train_backend(c), bm->name, shape, bm->batch,
+                 bm->optimizer);
     return buf;
 }
 
@@ -62,8 +63,8 @@ static void csv_row(FILE *f, const bench *b, const bench_model *bm,
                     const cell_result *r) {
     bool ok = r->status == CELL_OK;
     fprintf(f, "%s,%s,%s,%" PRId64 ",%" PRId64 ",%s,%s", bm->name,
-            b->base.backend == TRAIN_BACKEND_SIM ? "sim" : "cpu",
-            b->base.backend == TRAIN_BACKEND_SIM ? bm->cfg.gpu : "",
+            train_backend(&b->base),
+            train_on(&b->base, "sim") ? bm->cfg.gpu : "",
             bm->batch, bm->seq_len, policy, budget);
     csv_number(f, (double)r->budget_bytes, r->budget_bytes > 0);
     fprintf(f, ",%s,%" PRId64, cell_status_name(r->status), r->steps);

@@ -38,6 +38,61 @@ static const char *shape_str(const int64_t *shape, int ndim, char *buf,
     return buf;
 }
 
+/* Hugging Face's tied aliases. transformers' state dicts list a tied
+ * weight under both names (GPT2LMHeadModel's lm_head.weight is
+ * transformer.wte.weight; BertForMaskedLM's decoder is the word embeddings
+ * and cls.predictions.bias), so load_state_dict(strict=True) wants the
+ * alias too, while save_pretrained leaves it out of its files. delta's
+ * models hold the target alone: a save writes each alias of a target it
+ * has, as a copy of the target's bytes; a load takes the target and warns
+ * when an alias in the file holds other values. */
+static const struct {
+    const char *alias, *target;
+} tied[] = {
+    {"lm_head.weight", "transformer.wte.weight"},
+    {"cls.predictions.decoder.weight",
+     "bert.embeddings.word_embeddings.weight"},
+    {"cls.predictions.decoder.bias", "cls.predictions.bias"},
+};
+enum { N_TIED = sizeof tied / sizeof tied[0] };
+
+/* The prefixes of transformers' task models over their base model
+ * (GPT2LMHeadModel over GPT2Model, BertForMaskedLM over BertModel): a file
+ * saved from the base model (the Hub's "gpt2" is one) names
+ * transformer.h.0.ln_1.weight h.0.ln_1.weight. */
+static const char *const base_prefixes[] = {"transformer.", "bert."};
+
+/* The file's tensor for the model's tensor `name`: by that name, else by
+ * the name without a base-model prefix. */
+static const delta_st_tensor *find_in_file(const delta_st_file *f,
+                                           const char *name) {
+    const delta_st_tensor *t = delta_st_find(f, name);
+    for (size_t i = 0; !t && i < sizeof base_prefixes / sizeof *base_prefixes;
+         i++) {
+        size_t n = strlen(base_prefixes[i]);
+        if (!strncmp(name, base_prefixes[i], n)) t = delta_st_find(f, name + n);
+    }
+    return t;
+}
+
+/* The model's tensor that file tensor `name` stands for (by its own name
+ * or with a base-model prefix added), or NULL. */
+static const delta_tensor *model_tensor_for(const delta_ctx *ctx,
+                                            int n_model_tensors,
+                                            const char *name) {
+    char buf[DELTA_NAME_LEN + 32];
+    for (size_t i = 0; i <= sizeof base_prefixes / sizeof *base_prefixes;
+         i++) {
+        const char *pre = i ? base_prefixes[i - 1] : "";
+        if ((size_t)snprintf(buf, sizeof buf, "%s%s", pre, name) >= sizeof buf)
+            continue;
+        const delta_tensor *t = delta_ctx_find(ctx, buf);
+        if (t && delta_tensor_id(t) < n_model_tensors && is_model_tensor(t))
+            return t;
+    }
+    return NULL;
+}
+
 /* ---- save ----------------------------------------------------------------- */
 
 /* Reads t out of the session into a new buffer (*buf, freed by the caller)
@@ -80,7 +135,7 @@ delta_status checkpoint_save(const char *path, delta_session *s,
         n_model++;
         n_bn += has_suffix(delta_tensor_name(t), ".running_mean");
     }
-    int cap = n_model + n_bn + n_extra;
+    int cap = n_model + n_bn + N_TIED + n_extra;
     delta_st_entry *e = calloc((size_t)(cap ? cap : 1), sizeof *e);
     void **bufs = calloc((size_t)(cap ? cap : 1), sizeof *bufs);
     /* num_batches_tracked names, then the extra tensors' prefixed names */
@@ -113,6 +168,18 @@ delta_status checkpoint_save(const char *path, delta_session *s,
             nb++;
         }
     }
+
+    /* the tied aliases, sharing their target's buffer (bufs[] stays NULL
+     * for them, so it is freed once) */
+    int n_saved = n;
+    for (int k = 0; k < N_TIED; k++)
+        for (int i = 0; i < n_saved; i++) {
+            if (strcmp(e[i].name, tied[k].target)) continue;
+            e[n] = e[i];
+            e[n].name = tied[k].alias;
+            n++;
+            break;
+        }
 
     for (int i = 0; i < n_extra; i++) {
         const delta_tensor *t = extra->tensors[i];
@@ -153,7 +220,10 @@ delta_status checkpoint_save(const char *path, delta_session *s,
         st = DELTA_ERR_NOMEM;
         goto done;
     }
-    kv[2 * nm] = "format", kv[2 * nm + 1] = "delta", nm++;
+    /* "pt": transformers' loader takes only files that say so (and the
+     * tensors are PyTorch's, by name and layout); delta_version says who
+     * wrote it */
+    kv[2 * nm] = "format", kv[2 * nm + 1] = "pt", nm++;
     kv[2 * nm] = "model", kv[2 * nm + 1] = c->name, nm++;
     kv[2 * nm] = "delta_version", kv[2 * nm + 1] = DELTA_VERSION_STRING, nm++;
     for (int i = 0; i < N_FIELDS; i++) {
@@ -247,7 +317,7 @@ delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
         const char *name = delta_tensor_name(t);
-        const delta_st_tensor *ft = delta_st_find(f, name);
+        const delta_st_tensor *ft = find_in_file(f, name);
         char want[96], got[96];
         shape_str(delta_tensor_shape(t), delta_tensor_ndim(t), want,
                   sizeof want);
@@ -288,9 +358,7 @@ delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
     int unknown = 0;
     for (int i = 0; i < delta_st_count(f); i++) {
         const delta_st_tensor *ft = delta_st_at(f, i);
-        const delta_tensor *t = delta_ctx_find(ctx, ft->name);
-        if ((t && delta_tensor_id(t) < n_model_tensors &&
-             is_model_tensor(t)) ||
+        if (model_tensor_for(ctx, n_model_tensors, ft->name) ||
             known_extra(ft->name))
             continue;
         if (diag && unknown < MAX_LISTED)
@@ -301,11 +369,25 @@ delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
     if (diag && unknown > MAX_LISTED)
         fprintf(diag, "delta train: warning: ... and %d more tensors ignored\n",
                 unknown - MAX_LISTED);
+    /* A tied alias is not read: the model has only its target, so say so
+     * when the file's alias holds other values than the target. */
+    for (int k = 0; diag && k < N_TIED; k++) {
+        const delta_st_tensor *a = delta_st_find(f, tied[k].alias);
+        const delta_st_tensor *b = find_in_file(f, tied[k].target);
+        if (!a || !b || !model_tensor_for(ctx, n_model_tensors, tied[k].target))
+            continue;
+        if (a->nbytes != b->nbytes || strcmp(a->st_dtype, b->st_dtype) ||
+            memcmp(a->data, b->data, a->nbytes))
+            fprintf(diag, "delta train: warning: '%s' in %s differs from "
+                    "'%s'; model %s ties the two, so the file's '%s' is not "
+                    "used\n", tied[k].alias, path, tied[k].target, model,
+                    tied[k].alias);
+    }
 
     for (int i = 0; i < n_model_tensors && st == DELTA_OK; i++) {
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
-        const delta_st_tensor *ft = delta_st_find(f, delta_tensor_name(t));
+        const delta_st_tensor *ft = find_in_file(f, delta_tensor_name(t));
         st = delta_session_write(s, t, ft->data, ft->nbytes);
         if (st != DELTA_OK)
             snprintf(err, err_len, "writing '%s' from %s to the device: %s",

@@ -19,7 +19,7 @@
 #include "progress.h"
 #include "train_args.h"
 
-#define DEFAULT_STEPS 12
+#define DEFAULT_STEPS TRAIN_ARGS_DELTA_MIN_STEPS
 #define DEFAULT_BUDGETS "90%,70%,50%,40%,30%"
 
 static void usage(FILE *f) {
@@ -184,6 +184,7 @@ static int parse(bench *b, int argc, char **argv) {
                                 : "--seq-len-range");
     if (c->steps < 1)
         return train_args_error("--steps: a cell needs at least 1 step");
+    train_args_warn_steps("bench", c->steps, b->policies, b->n_policies);
     for (int i = 0; i < b->n_models; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(b->models[i], b->models[j]))
@@ -204,7 +205,7 @@ static int parse(bench *b, int argc, char **argv) {
     c->quiet = true;
     c->eval_batches = 0;
     /* the cells measure; real data would only slow the cpu down */
-    if (!c->data && c->backend == TRAIN_BACKEND_CPU) c->data = "synthetic";
+    if (!c->data && train_on(c, "cpu")) c->data = "synthetic";
     return -1;
 }
 

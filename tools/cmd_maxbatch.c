@@ -36,7 +36,7 @@
 #include "train_args.h"
 #include "trainer.h"
 
-#define DEFAULT_STEPS 12
+#define DEFAULT_STEPS TRAIN_ARGS_DELTA_MIN_STEPS
 #define DEFAULT_MIN_THROUGHPUT 0.75
 #define DEFAULT_MAX_BATCH 65536
 
@@ -148,24 +148,25 @@ static int parse(maxbatch *m, int argc, char **argv) {
         return train_args_error("--budget: maxbatch needs the device's size "
                                 "(e.g. 16GiB); a percentage of the peak "
                                 "changes with the batch being searched");
-    if (c->backend == TRAIN_BACKEND_CPU && c->budget.kind != BUDGET_BYTES)
+    if (train_on(c, "cpu") && c->budget.kind != BUDGET_BYTES)
         return train_args_error("on --backend cpu the device's memory is "
                                 "--budget SIZE (e.g. --budget 64MiB); or "
                                 "use --backend sim --gpu G");
-    if (c->backend == TRAIN_BACKEND_CUDA && c->budget.kind != BUDGET_BYTES)
+    if (train_on(c, "cuda") && c->budget.kind != BUDGET_BYTES)
         return train_args_error("on --backend cuda the device's memory is "
                                 "--budget SIZE, the share of the GPU to "
                                 "search in (e.g. --budget 8GiB)");
     rc = train_args_pick_policies(c, m->policies, MAXBATCH_MAX_POLICIES,
                                   &m->n_policies);
     if (rc >= 0) return rc;
+    train_args_warn_steps("maxbatch", c->steps, m->policies, m->n_policies);
     /* --json is this command's (one line per policy), not the probes' */
     m->json = c->json;
     c->json = NULL;
     m->quiet = c->quiet;
     c->quiet = true;
     /* the probes measure; real data would only slow the cpu down */
-    if (!c->data && c->backend == TRAIN_BACKEND_CPU) c->data = "synthetic";
+    if (!c->data && train_on(c, "cpu")) c->data = "synthetic";
     c->eval_batches = 0;
     return -1;
 }

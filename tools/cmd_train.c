@@ -231,6 +231,9 @@ static const char *policy_list(char *buf, size_t n) {
  * options too) and its options: train's, then the command's own. */
 static const char *cur_cmd = "train";
 static struct option cur_opts[128];
+/* train's options given on the command line: bit (o - OPT_MODEL) */
+static uint64_t given;
+_Static_assert(OPT_CHECK_STREAMS - OPT_MODEL < 64, "given holds a bit each");
 
 /* The long name of option value v, for messages. */
 static const char *opt_name(int v) {
@@ -281,6 +284,7 @@ static int parse_args(int argc, char **argv, train_config *c,
         cur_opts[n_opts++] = *o;
     }
     cur_opts[n_opts] = (struct option){NULL, 0, NULL, 0};
+    given = 0;
     int64_t hidden = 0;
     bool backend_set = false, gpu_set = false;
     memset(c, 0, sizeof *c);
@@ -296,6 +300,8 @@ static int parse_args(int argc, char **argv, train_config *c,
         int prev = optind > 0 ? optind : 1;
         int o = getopt_long(argc, argv, "+:h", cur_opts, NULL);
         if (o == -1) break;
+        if (o >= OPT_MODEL && o <= OPT_CHECK_STREAMS)
+            given |= (uint64_t)1 << (o - OPT_MODEL);
         snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
         const char *opt = optbuf, *a = optarg;
         int64_t v = 0;
@@ -377,11 +383,17 @@ static int parse_args(int argc, char **argv, train_config *c,
         case OPT_QUIET: c->quiet = true; break;
         case OPT_BACKEND:
             backend_set = true;
-            if (!strcmp(a, "cpu")) c->backend = TRAIN_BACKEND_CPU;
-            else if (!strcmp(a, "sim")) c->backend = TRAIN_BACKEND_SIM;
-            else if (!strcmp(a, "cuda")) c->backend = TRAIN_BACKEND_CUDA;
-            else return usage_error("unknown backend '%s'; the backends are "
-                                    "cpu, sim and cuda", a);
+            if (!delta_backend_describe(a)) {
+                char list[128] = "";
+                const char *const *names = delta_backend_names();
+                for (const char *const *n = names; *n; n++)
+                    snprintf(list + strlen(list), sizeof list - strlen(list),
+                             "%s%s", n == names ? "" : n[1] ? ", " : " and ",
+                             *n);
+                return usage_error("unknown backend '%s'; the backends are "
+                                   "%s", a, list);
+            }
+            c->backend = a;
             break;
         case OPT_GPU:
             if (!strcmp(a, "help") || !strcmp(a, "list")) {
@@ -500,25 +512,24 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (!c->model.name && !(ext && ext->model_optional))
         return usage_error("no model given: use --model NAME (e.g. --model "
                            "resnet18)");
-    if (gpu_set && backend_set && c->backend != TRAIN_BACKEND_SIM)
+    if (gpu_set && backend_set && !train_on(c, "sim"))
         return usage_error("--gpu picks a simulated GPU; it needs --backend "
                            "sim");
-    if (gpu_set) c->backend = TRAIN_BACKEND_SIM;
+    if (gpu_set) c->backend = "sim";
     if (c->seq_len_max && c->model.seq_len)
         return usage_error("--seq-len-range and --seq-len both set the "
                            "sequence length; give one of them");
-    if (c->link_set && c->backend == TRAIN_BACKEND_SIM)
+    if (c->link_set && train_on(c, "sim"))
         return usage_error("--link-bw sets the cpu backend's link; a "
                            "simulated GPU has its preset's link");
-    if (c->link_set && c->backend == TRAIN_BACKEND_CUDA)
+    if (c->link_set && train_on(c, "cuda"))
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
-    if (c->model.precision == DELTA_PRECISION_BF16 &&
-        c->backend == TRAIN_BACKEND_CUDA)
+    if (c->model.precision == DELTA_PRECISION_BF16 && train_on(c, "cuda"))
         return usage_error("--precision bf16: the CUDA backend has no BF16 "
                            "kernels yet; use --backend cpu or sim, or "
                            "--precision fp32");
-    if (c->device_jitter && c->backend != TRAIN_BACKEND_CPU)
+    if (c->device_jitter && !train_on(c, "cpu"))
         return usage_error("--device-jitter delays the cpu backend's "
                            "streams; use it with --backend cpu");
     /* --hidden: mlp's hidden width, or a transformer's. */
@@ -551,6 +562,32 @@ static void plan_usage(FILE *f) {
     usage(f);
 }
 
+/* train's options that change how a run trains or where it runs but not
+ * the step program plan builds from shapes alone (--trace, --resume and
+ * --checkpoint-every are refused instead). */
+static const int plan_ignores[] = {
+    OPT_STEPS, OPT_SEED, OPT_LR, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE,
+    OPT_DROP_LAST, OPT_THREADS, OPT_SAVE, OPT_LOAD, OPT_BACKEND, OPT_GPU,
+    OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_DEVICE_JITTER, OPT_HOST_MEMORY,
+    OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_CHECK_STREAMS,
+};
+
+/* "--steps, --lr" of the given options plan ignores into buf; false when
+ * none. */
+static bool plan_ignored(char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof plan_ignores / sizeof *plan_ignores; i++) {
+        int o = plan_ignores[i];
+        if (!(given & ((uint64_t)1 << (o - OPT_MODEL)))) continue;
+        int w = snprintf(buf + used, n - used, "%s--%s", used ? ", " : "",
+                         opt_name(o));
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+    return used > 0;
+}
+
 int cmd_plan(int argc, char **argv) {
     /* train's options, with messages that name plan */
     static const struct option none[] = {{0}};
@@ -559,6 +596,11 @@ int cmd_plan(int argc, char **argv) {
     train_config c;
     int rc = parse_args(argc, argv, &c, &plan);
     if (rc >= 0) return rc;
+    char ignored[512];
+    if (plan_ignored(ignored, sizeof ignored))
+        fprintf(stderr, "delta plan: warning: ignoring %s: plan builds the "
+                "step from the model, shapes and optimizer alone and runs "
+                "nothing (delta train takes them)\n", ignored);
     c.plan_only = true;
     trainer t;
     delta_status st = trainer_setup(&t, &c);

@@ -22,11 +22,13 @@ static void print_header(const maxbatch *m, const search *keep) {
     delta_format_bytes((double)m->device_bytes, dev, sizeof dev);
     printf("%s", c->model.name);
     if (m->seq_len) printf(", T %" PRId64, m->seq_len);
-    if (c->backend == TRAIN_BACKEND_SIM)
+    if (train_on(c, "sim"))
         printf(" on simulated %s, device %s", c->gpu ? c->gpu : "v100-16g",
                dev);
-    else
+    else if (train_on(c, "cpu"))
         printf(" on cpu, emulated device %s", dev);
+    else
+        printf(" on %s, device %s", train_backend(c), dev);
     printf("; %" PRId64 " steps per probe (step time: median of steps %"
            PRId64 "-%" PRId64 ")\n", c->steps, c->steps / 3 + 1, c->steps);
     if (keep->max_batch)
@@ -67,9 +69,8 @@ static cJSON *row_json(const maxbatch *m, const search *s,
     const cell_result *b = s->best ? &s->best->cell : NULL;
     cJSON_AddStringToObject(o, "policy", s->policy);
     cJSON_AddStringToObject(o, "model", c->model.name);
-    cJSON_AddStringToObject(o, "backend",
-                            c->backend == TRAIN_BACKEND_SIM ? "sim" : "cpu");
-    if (c->backend == TRAIN_BACKEND_SIM)
+    cJSON_AddStringToObject(o, "backend", train_backend(c));
+    if (train_on(c, "sim"))
         cJSON_AddStringToObject(o, "gpu", c->gpu ? c->gpu : "v100-16g");
     else
         cJSON_AddNullToObject(o, "gpu");
@@ -211,8 +212,8 @@ bool maxbatch_write_plot(const maxbatch *m, search *const *res, int n) {
             "set xlabel \"batch\"\nset ylabel \"samples/s (steady step)\"\n"
             "set title \"%s on %s%s, device %s: every probed batch that "
             "fit\"\n", m->plot, c->model.name,
-            c->backend == TRAIN_BACKEND_SIM ? "simulated " : "cpu",
-            c->backend == TRAIN_BACKEND_SIM ? c->gpu : "", dev);
+            train_on(c, "sim") ? "simulated " : train_backend(c),
+            train_on(c, "sim") ? c->gpu : "", dev);
     for (int b = 0; b < blocks; b++)
         fprintf(gp, "%s \"%s\" index %d using 1:2 with linespoints lw 2 "
                 "pt 7 title \"%s (max %" PRId64 ")\"", b ? ", \\\n    "

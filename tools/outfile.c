@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -97,11 +98,62 @@ FILE *outfile_open(const char *opt, const char *path, const char *mode,
     return f;
 }
 
+/* path made absolute and free of links into buf: realpath of the path
+ * when it exists, else of its folder with the last name appended, else
+ * the text itself ("notes.txt", "./notes.txt" and "/cwd/notes.txt" all
+ * give "/cwd/notes.txt" before the file is made). */
+static void canonical(const char *path, char *buf, size_t n) {
+    char tmp[PATH_MAX];
+    if (realpath(path, tmp)) {
+        snprintf(buf, n, "%s", tmp);
+        return;
+    }
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[PATH_MAX];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (*base && strcmp(base, ".") && strcmp(base, "..") &&
+        realpath(dir, tmp))
+        snprintf(buf, n, "%s%s%s", tmp, strcmp(tmp, "/") ? "/" : "", base);
+    else
+        snprintf(buf, n, "%s", path);
+}
+
 bool outfile_same(const char *a, const char *b) {
     struct stat sa, sb;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
         return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    return strcmp(a, b) == 0;
+    static char ca[PATH_MAX + 256], cb[PATH_MAX + 256];
+    canonical(a, ca, sizeof ca);
+    canonical(b, cb, sizeof cb);
+    return strcmp(ca, cb) == 0;
+}
+
+delta_status outfile_distinct(const outfile_path *paths, int n, char *err,
+                              size_t err_len) {
+    for (int i = 0; i < n; i++) {
+        if (!paths[i].path || !paths[i].output) continue;
+        for (int j = 0; j < n; j++) {
+            if (j == i || !paths[j].path) continue;
+            /* each pair of outputs once; an output and an input both ways
+             * round are one pair too */
+            if (paths[j].output && j < i) continue;
+            if (!outfile_same(paths[i].path, paths[j].path)) continue;
+            if (paths[j].output)
+                snprintf(err, err_len, "%s and %s name the same file (%s): "
+                         "one would overwrite the other; give each its own "
+                         "path", paths[i].opt, paths[j].opt, paths[i].path);
+            else
+                snprintf(err, err_len, "%s %s is also %s's file: writing it "
+                         "would destroy what the run reads; give the output "
+                         "another path", paths[i].opt, paths[i].path,
+                         paths[j].opt);
+            return DELTA_ERR_INVALID_ARG;
+        }
+    }
+    return DELTA_OK;
 }
 
 /* PATH.lock into buf. */

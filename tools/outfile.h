@@ -38,10 +38,23 @@ delta_status outfile_probe(const char *opt, const char *path, char *err,
 FILE *outfile_open(const char *opt, const char *path, const char *mode,
                    char *err, size_t err_len);
 
-/* "--json"'s path and "--save"'s are the same file: two of a run's paths
- * naming one file (compared by device and inode when both exist, else by
- * their text). */
+/* Two of a run's paths name one file: compared by device and inode when
+ * both exist, else as absolute paths with their folders' links resolved
+ * ("x", "./x" and "$PWD/x" are one file before it is made). */
 bool outfile_same(const char *a, const char *b);
+
+/* A path a run writes (output) or reads, named by its option. */
+typedef struct outfile_path {
+    const char *opt;    /* "--save" */
+    const char *path;   /* NULL: not given */
+    bool output;
+} outfile_path;
+
+/* DELTA_OK when no output of paths[] names the same file as another of
+ * them (an output or an input); else DELTA_ERR_INVALID_ARG and a message
+ * naming both options. Inputs among themselves may share a file. */
+delta_status outfile_distinct(const outfile_path *paths, int n, char *err,
+                              size_t err_len);
 
 /* A lock on path for this process's life (or until outfile_unlock): a
  * lock file PATH.lock beside it, flock'ed and holding the pid. -1 and a

@@ -38,12 +38,17 @@ delta_status resume_check_options(trainer *t) {
     if (c->checkpoint_every && !c->save)
         return failf(t, DELTA_ERR_INVALID_ARG, "--checkpoint-every needs "
                      "--save FILE: the checkpoints are written there");
+    if (c->resume && !c->save && !c->plan_only)
+        fprintf(stderr, "delta train: warning: --resume without --save: the "
+                "continued run is not saved at its end and its training is "
+                "lost; give --save FILE (the checkpoint's own path continues "
+                "it in place)\n");
     const char *opt = c->resume ? "--resume" : "--checkpoint-every";
     if ((c->resume || c->checkpoint_every) && c->plan_only)
         return failf(t, DELTA_ERR_INVALID_ARG, "%s: delta plan trains "
                      "nothing; give it to delta train", opt);
     if ((c->resume || c->checkpoint_every) &&
-        c->backend == TRAIN_BACKEND_SIM)
+        train_on(c, "sim"))
         return failf(t, DELTA_ERR_INVALID_ARG, "%s: the sim backend "
                      "computes no values, so there is no state to save or "
                      "resume", opt);

@@ -56,4 +56,15 @@ int train_args_parse_policies(const char *opt, const char *arg, char *buf,
 int train_args_pick_policies(const train_config *c, const char **list,
                              int cap, int *n);
 
+/* delta profiles in its first step and then tries two planned modes for
+ * two steps each; a command summarizing the steps after the first third
+ * (maxbatch, bench) needs this many steps for the steady steps of the mode
+ * it chose to be most of them. */
+#define TRAIN_ARGS_DELTA_MIN_STEPS 12
+
+/* Warns on stderr ("delta CMD: warning: ...") when list[0..n) holds delta
+ * and steps is below TRAIN_ARGS_DELTA_MIN_STEPS. */
+void train_args_warn_steps(const char *cmd, int64_t steps,
+                           const char *const *list, int n);
+
 #endif

@@ -451,46 +451,38 @@ static delta_status setup_backend(trainer *t) {
         break;
     case BUDGET_BYTES: t->budget_bytes = c->budget.bytes; break;
     }
-    if (t->sim) {
-        delta_sim_backend_opts o = {.gpu = gpu->name};
-        t->backend = delta_backend_sim_new(&o, sub, sizeof sub);
-        if (!t->backend)
-            return fail(t, DELTA_ERR_INVALID_ARG, "sim backend: %s", sub);
+    /* Every backend's options; the registry reads the one it makes.
+     * The cpu link: unthrottled when nothing can be swapped (no budget);
+     * with a budget the backend's default (see delta/backend.h). */
+    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL};
+    delta_cuda_backend_opts cuda = {.device = 0};
+    delta_cpu_backend_opts cpu = {
+        .link_gbps = c->link_set ? c->link_gbps : t->budget_bytes ? -1.0 : 0.0,
+        .link_latency_s = -1, .jitter_seed = (uint64_t)c->device_jitter};
+    delta_status bst;
+    t->backend = delta_backend_new(
+        train_backend(c),
+        &(delta_backend_opts){.cpu = &cpu, .sim = &sim, .cuda = &cuda}, &bst,
+        sub, sizeof sub);
+    /* the backends' messages name them ("cpu backend: ..."); no GPU is
+     * exit 1 (this machine lacks it), a build without CUDA exit 2 (this
+     * build cannot serve the request) */
+    if (!t->backend) return fail(t, bst, "%s", sub);
+    double bps = delta_backend_link_bps(t->backend);
+    if (t->sim)
         info(t, "backend: sim %s (%s)", gpu->name, gpu->description);
-    } else if (c->backend == TRAIN_BACKEND_CUDA) {
-        /* no GPU: exit 1 (this machine lacks it); a build without CUDA:
-         * exit 2 (this build cannot serve the request) */
-        delta_cuda_backend_opts o = {.device = 0};
-        t->backend = delta_backend_cuda_new(&o, sub, sizeof sub);
-        if (!t->backend)
-            return fail(t, delta_cuda_built() ? DELTA_ERR_STATE
-                                              : DELTA_ERR_UNSUPPORTED,
-                        "%s", sub);
+    else if (train_on(c, "cuda"))
         info(t, "backend: cuda, device memory %s, link %.3g GB/s, "
              "convolutions on %s",
              delta_format_bytes(delta_backend_device_bytes(t->backend), b1,
                                 sizeof b1),
-             delta_backend_link_bps(t->backend) / 1e9,
-             delta_cuda_conv_path(t->backend));
-    } else {
-        /* Unthrottled when nothing can be swapped (no budget); with a
-         * budget the backend's default link (see delta/backend.h). */
-        double link = c->link_set ? c->link_gbps
-                                  : t->budget_bytes ? -1.0 : 0.0;
-        delta_cpu_backend_opts o = {
-            .link_gbps = link, .link_latency_s = -1,
-            .jitter_seed = (uint64_t)c->device_jitter};
-        t->backend = delta_backend_cpu_new(&o, sub, sizeof sub);
-        /* the backend's messages name it already ("cpu backend: ...") */
-        if (!t->backend) return fail(t, DELTA_ERR_STATE, "%s", sub);
-        double bps = delta_backend_link_bps(t->backend);
-        if (bps > 0)
-            info(t, "backend: cpu, %d threads, link %.3g GB/s",
-                 delta_cpu_threads(), bps / 1e9);
-        else
-            info(t, "backend: cpu, %d threads, link unthrottled",
-                 delta_cpu_threads());
-    }
+             bps / 1e9, delta_cuda_conv_path(t->backend));
+    else if (bps > 0)
+        info(t, "backend: %s, %d threads, link %.3g GB/s",
+             delta_backend_name(t->backend), delta_cpu_threads(), bps / 1e9);
+    else
+        info(t, "backend: %s, %d threads, link unthrottled",
+             delta_backend_name(t->backend), delta_cpu_threads());
     if (t->budget_bytes)
         info(t, "budget: %s%s; dry plan: peak %s, minimum %s (op %d %s %s)",
              delta_format_bytes((double)t->budget_bytes, b1, sizeof b1),
@@ -619,7 +611,20 @@ static delta_status use_shape(trainer *t, int64_t batch, int64_t seq_len) {
  * killed saves of that path left. */
 static delta_status check_outputs(trainer *t) {
     const train_config *c = &t->cfg;
-    delta_status st = DELTA_OK;
+    /* no output may be another output's file or one the run reads (the
+     * data; the JSON log and the trace not --load's or --resume's file
+     * either, while --save may be: a resumed run saves in place) */
+    const char *data = c->data && strcmp(c->data, "fashion-mnist") &&
+                       strcmp(c->data, "synthetic") ? c->data : NULL;
+    const outfile_path p1[] = {
+        {"--save", c->save, true}, {"--json", c->json, true},
+        {"--trace", c->trace, true}, {"--data", data, false}};
+    const outfile_path p2[] = {
+        {"--json", c->json, true}, {"--trace", c->trace, true},
+        {"--load", c->load, false}, {"--resume", c->resume, false}};
+    delta_status st = outfile_distinct(p1, 4, t->err, sizeof t->err);
+    if (st == DELTA_OK) st = outfile_distinct(p2, 4, t->err, sizeof t->err);
+    if (st != DELTA_OK) return st;
     if (c->json) st = outfile_check("--json", c->json, t->err, sizeof t->err);
     if (st == DELTA_OK && c->trace)
         st = outfile_check("--trace", c->trace, t->err, sizeof t->err);
@@ -641,7 +646,7 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     t->cfg = *cfg;
     train_config *c = &t->cfg;
     t->info = c->quiet ? NULL : stderr;
-    t->sim = c->backend == TRAIN_BACKEND_SIM;
+    t->sim = train_on(c, "sim");
     t->result.final_loss = NAN;
     if (!c->gpu) c->gpu = DEFAULT_GPU;
     /* with a budget, delta decides; without one nothing needs managing */
@@ -1189,9 +1194,7 @@ delta_status trainer_report(trainer *t) {
     cJSON_AddStringToObject(s, "model", m->name);
     cJSON_AddNumberToObject(s, "batch", (double)m->batch);
     cJSON_AddNumberToObject(s, "steps", (double)r->steps_done);
-    cJSON_AddStringToObject(s, "backend", t->sim ? "sim"
-                            : c->backend == TRAIN_BACKEND_CUDA ? "cuda"
-                                                               : "cpu");
+    cJSON_AddStringToObject(s, "backend", train_backend(c));
     if (t->sim) cJSON_AddStringToObject(s, "gpu", c->gpu);
     else cJSON_AddNullToObject(s, "gpu");
     cJSON_AddBoolToObject(s, "simulated", t->sim);

@@ -1,10 +1,11 @@
 /* The trainer: from a run's settings to a trained model. It picks the data
  * (Fashion-MNIST, a text file or synthetic samples) and fits the model to
  * it, builds the step program (model, backward, optimizer), sizes the
- * budget against the dry plan, places the program in a session on a cpu or
- * sim backend, and then trains, evaluates and saves. The `train` command
- * is cmd_train.c around it; later commands (maxbatch, bench) reuse the
- * phases.
+ * budget against the dry plan, places the program in a session on the
+ * backend named (cpu, sim or cuda, made through the library's registry)
+ * with the policy named (delta with a budget, keep without), and then
+ * trains, evaluates and saves. The `train` command is cmd_train.c around
+ * it; maxbatch and bench run it per probe or cell (cell.c).
  *
  * Every phase returns a delta_status and writes a message into the
  * trainer's err; trainer_exit_code maps a status to the tool's exit
@@ -28,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "delta/backend.h"
 #include "delta/data.h"
@@ -42,12 +44,6 @@ typedef enum train_optimizer {
     TRAIN_OPT_SGD,
     TRAIN_OPT_ADAMW,
 } train_optimizer;
-
-typedef enum train_backend {
-    TRAIN_BACKEND_CPU = 0,
-    TRAIN_BACKEND_SIM,
-    TRAIN_BACKEND_CUDA,
-} train_backend;
 
 /* A run's settings. Zero-initialize, then set what the user gave; the
  * fields documented with a default take it when left 0 / NULL / negative
@@ -74,10 +70,13 @@ typedef struct train_config {
     bool quiet;
     int64_t eval_batches;               /* < 0: the whole test split;
                                            0: no evaluation */
-    train_backend backend;
+    /* a name of delta_backend_names() (the library's registry): "cpu",
+     * "sim", "cuda"; NULL: "cpu". Read it through train_backend(). */
+    const char *backend;
     const char *gpu;                    /* sim preset; NULL: v100-16g */
     budget_spec budget;
-    const char *policy;                 /* NULL: keep */
+    const char *policy;                 /* NULL: keep without a budget,
+                                           delta with one */
     double link_gbps;                   /* cpu link; used when link_set */
     bool link_set;
     /* --device-jitter: the cpu backend's jitter_seed (0: none) */
@@ -99,6 +98,16 @@ typedef struct train_config {
     /* --check-streams: sessions run on the stream-order checker */
     bool check_streams;
 } train_config;
+
+/* The run's backend name ("cpu" when none was given). */
+static inline const char *train_backend(const train_config *c) {
+    return c->backend ? c->backend : "cpu";
+}
+
+/* Whether the run's backend is the one named. */
+static inline bool train_on(const train_config *c, const char *name) {
+    return strcmp(train_backend(c), name) == 0;
+}
 
 /* Figures of a finished run (the JSON summary holds the same). */
 typedef struct train_result {

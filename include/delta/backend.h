@@ -1,13 +1,17 @@
 /* delta — backends: where a program's ops run and its device bytes live.
  *   cpu  real kernels; the device is one arena of exactly the budget in
- *        host memory; two copy-engine threads move data to and from a
- *        separate host store, throttled to an emulated link bandwidth.
+ *        host memory; a compute-engine thread runs the kernels and two
+ *        copy-engine threads move data to and from a separate host store,
+ *        throttled to an emulated link bandwidth.
  *   sim  a virtual GPU (presets below): nothing is computed or allocated;
  *        ops advance a compute clock by a roofline cost model, copies
  *        advance two copy-stream clocks, and issuing either advances a
  *        virtual host clock (launch costs), so a step is host- or
  *        device-bound as it would be on the GPU.
- * The runtime drives a backend through the internal interface in
+ *   cuda an NVIDIA GPU (docs/CUDA.md): one cudaMalloc of the budget,
+ *        pinned host store, CUDA streams, deterministic kernels.
+ * Each has its constructor below, and delta_backend_new makes any of them
+ * by name. The runtime drives a backend through the internal interface in
  * src/backend/backend.h; this header only creates and describes them. */
 #ifndef DELTA_BACKEND_H
 #define DELTA_BACKEND_H
@@ -36,9 +40,9 @@ typedef struct delta_cpu_backend_opts {
     uint64_t jitter_seed;
 } delta_cpu_backend_opts;
 
-/* Both constructors return NULL and write a message to err on failure
- * (unknown preset, no memory, threads that cannot start). */
-delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
+/* The constructors return NULL and write a message to err on failure
+ * (unknown preset, no memory, threads that cannot start, no GPU). */
+DELTA_API delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
                                      char *err, size_t err_len);
 
 /* A simulated device (figures and sources: src/backend/sim/presets.c and
@@ -65,16 +69,16 @@ typedef struct delta_gpu_preset {
 
 /* Presets, NULL-name terminated: v100-16g, v100-32g, a100-40g, a100-80g,
  * h100-80g. */
-const delta_gpu_preset *delta_gpu_presets(void);
+DELTA_API const delta_gpu_preset *delta_gpu_presets(void);
 /* The preset of that name (case-sensitive), or NULL. */
-const delta_gpu_preset *delta_gpu_preset_find(const char *name);
+DELTA_API const delta_gpu_preset *delta_gpu_preset_find(const char *name);
 
 typedef struct delta_sim_backend_opts {
     const char *gpu;           /* preset name (NULL: "v100-16g") */
     bool tensor_cores;         /* cost matmul/conv at tensor_flops */
 } delta_sim_backend_opts;
 
-delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
+DELTA_API delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
                                      char *err, size_t err_len);
 
 /* An NVIDIA GPU through CUDA (docs/CUDA.md): the arena is one cudaMalloc
@@ -88,28 +92,57 @@ typedef struct delta_cuda_backend_opts {
     int device;                /* CUDA device ordinal */
 } delta_cuda_backend_opts;
 
-delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
+DELTA_API delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
                                       char *err, size_t err_len);
 /* Whether this build has the CUDA backend (nvcc was found). */
-bool delta_cuda_built(void);
+DELTA_API bool delta_cuda_built(void);
 /* CUDA devices present: > 0, or 0 with the reason in err (no driver, no
  * device, built without CUDA). Never fails otherwise. */
-int delta_cuda_device_count(char *err, size_t err_len);
+DELTA_API int delta_cuda_device_count(char *err, size_t err_len);
 /* What a cuda backend runs convolutions on ("cuDNN 9.x.y", or "im2col +
  * cuBLAS (no cuDNN: why)"); NULL for other backends. */
-const char *delta_cuda_conv_path(const delta_backend *b);
+DELTA_API const char *delta_cuda_conv_path(const delta_backend *b);
+
+/* Backends by name, through one registry (src/backend/backend.c): "cpu",
+ * "sim" and "cuda", each made from its own options (the member of
+ * delta_backend_opts named like it; the others are not read). A program
+ * that takes the backend as a word (a command line, a config file) makes
+ * it with one call:
+ *     delta_backend *b = delta_backend_new(name, &(delta_backend_opts){
+ *         .sim = &(delta_sim_backend_opts){.gpu = "a100-80g"}}, err, n); */
+typedef struct delta_backend_opts {
+    const delta_cpu_backend_opts *cpu;    /* for "cpu"; NULL: defaults */
+    const delta_sim_backend_opts *sim;    /* for "sim"; NULL: defaults */
+    const delta_cuda_backend_opts *cuda;  /* for "cuda"; NULL: device 0 */
+} delta_backend_opts;
+
+/* The registered names, NULL-terminated: "cpu", "sim", "cuda" (cuda is
+ * listed in every build; delta_backend_new says why it cannot be made). */
+DELTA_API const char *const *delta_backend_names(void);
+/* One line on what the named backend is, or NULL for an unknown name. */
+DELTA_API const char *delta_backend_describe(const char *name);
+/* The backend of that name (opts NULL: every backend's defaults). NULL
+ * with a message in err for an unknown name ("unknown backend 'x'; the
+ * backends are cpu, sim and cuda", DELTA_ERR_INVALID_ARG in *status) or
+ * one that cannot be made (its constructor's message; *status
+ * DELTA_ERR_UNSUPPORTED for a build without it, else DELTA_ERR_STATE).
+ * status may be NULL. */
+DELTA_API delta_backend *delta_backend_new(const char *name,
+                                           const delta_backend_opts *opts,
+                                           delta_status *status, char *err,
+                                           size_t err_len);
 
 /* Drains pending copies, stops the copy engines, frees the arena. NULL is
  * a no-op. */
-void delta_backend_free(delta_backend *b);
+DELTA_API void delta_backend_free(delta_backend *b);
 /* "cpu", "sim" or "cuda"; never NULL. */
-const char *delta_backend_name(const delta_backend *b);
+DELTA_API const char *delta_backend_name(const delta_backend *b);
 /* The link bandwidth in bytes/s (per direction) this backend emulates or
  * models; 0 when unthrottled. */
-double delta_backend_link_bps(const delta_backend *b);
+DELTA_API double delta_backend_link_bps(const delta_backend *b);
 /* Device memory of the backend's device (sim: the preset's; cuda: the
  * GPU's total from cudaMemGetInfo; cpu: 0 = no fixed size). */
-double delta_backend_device_bytes(const delta_backend *b);
+DELTA_API double delta_backend_device_bytes(const delta_backend *b);
 
 #ifdef __cplusplus
 }

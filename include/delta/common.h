@@ -17,6 +17,17 @@
 extern "C" {
 #endif
 
+/* Marks the public API: the declarations of include/delta/ are the one set
+ * of symbols libdelta.so exports. The library is built with
+ * -fvisibility=hidden, so every other function (the runtime's, the
+ * kernels', the policies') stays inside it; tests/test_exports.sh checks
+ * the list. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DELTA_API __attribute__((visibility("default")))
+#else
+#define DELTA_API
+#endif
+
 #define DELTA_VERSION_MAJOR 0
 #define DELTA_VERSION_MINOR 1
 #define DELTA_VERSION_PATCH 0
@@ -24,7 +35,7 @@ extern "C" {
 /* The version of the library linked at run time (DELTA_VERSION_STRING is
  * the headers' at compile time); a program can compare the two, as with
  * zlib's zlibVersion(). */
-const char *delta_version(void);
+DELTA_API const char *delta_version(void);
 
 /* Every tensor buffer delta allocates is aligned to at least this many bytes,
  * so kernels take the same code path whatever the buffer's address. */
@@ -43,7 +54,7 @@ typedef enum delta_status {
 } delta_status;
 
 /* Short name of a status ("ok", "shape", ...); never NULL. */
-const char *delta_status_name(delta_status s);
+DELTA_API const char *delta_status_name(delta_status s);
 
 typedef enum delta_dtype {
     DELTA_F32 = 0,
@@ -54,12 +65,12 @@ typedef enum delta_dtype {
     DELTA_DTYPE_COUNT
 } delta_dtype;
 
-size_t delta_dtype_size(delta_dtype t);
-const char *delta_dtype_name(delta_dtype t);
+DELTA_API size_t delta_dtype_size(delta_dtype t);
+DELTA_API const char *delta_dtype_name(delta_dtype t);
 
 /* Prints "delta: assertion failed at file:line: expr" (plus an optional
  * printf-style detail) to stderr and aborts. */
-void delta_assert_fail(const char *file, int line, const char *expr,
+DELTA_API void delta_assert_fail(const char *file, int line, const char *expr,
                        const char *fmt, ...)
     __attribute__((noreturn, format(printf, 4, 5)));
 
@@ -75,11 +86,11 @@ void delta_assert_fail(const char *file, int line, const char *expr,
 
 /* Host allocation aligned to DELTA_ALIGN; returns NULL on failure.
  * Release with delta_free_aligned (free(NULL)-like for NULL). */
-void *delta_alloc_aligned(size_t bytes);
-void delta_free_aligned(void *p);
+DELTA_API void *delta_alloc_aligned(size_t bytes);
+DELTA_API void delta_free_aligned(void *p);
 
 /* Formats a byte count as "12.0 MiB" into buf (at least 32 bytes). */
-const char *delta_format_bytes(double bytes, char *buf, size_t n);
+DELTA_API const char *delta_format_bytes(double bytes, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

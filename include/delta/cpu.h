@@ -10,8 +10,8 @@ extern "C" {
 
 /* Threads used by kernels (OpenMP and OpenBLAS); n <= 0 means all cores.
  * Results are bit-identical for a given thread count. */
-void delta_cpu_set_threads(int n);
-int delta_cpu_threads(void);
+DELTA_API void delta_cpu_set_threads(int n);
+DELTA_API int delta_cpu_threads(void);
 
 typedef enum delta_gemm_impl {
     DELTA_GEMM_BLAS = 0,   /* OpenBLAS sgemm (when built with it) */
@@ -23,11 +23,11 @@ typedef enum delta_gemm_impl {
  * "builtin") sets the initial choice; the default is the built-in GEMM,
  * which measured faster on conv shapes and is bit-identical for any thread
  * count (OpenBLAS is bit-identical only for a fixed thread count). */
-delta_status delta_cpu_set_gemm(delta_gemm_impl impl);
-delta_gemm_impl delta_cpu_gemm(void);
+DELTA_API delta_status delta_cpu_set_gemm(delta_gemm_impl impl);
+DELTA_API delta_gemm_impl delta_cpu_gemm(void);
 
 /* What this build uses, e.g. "openblas openmp zlib cjson". */
-const char *delta_build_features(void);
+DELTA_API const char *delta_build_features(void);
 
 #ifdef __cplusplus
 }

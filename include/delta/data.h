@@ -65,12 +65,12 @@ typedef struct delta_data_info {
 
 typedef struct delta_dataset delta_dataset;
 
-void delta_dataset_free(delta_dataset *ds);
-int64_t delta_dataset_len(const delta_dataset *ds);
-delta_data_info delta_dataset_info(const delta_dataset *ds);
+DELTA_API void delta_dataset_free(delta_dataset *ds);
+DELTA_API int64_t delta_dataset_len(const delta_dataset *ds);
+DELTA_API delta_data_info delta_dataset_info(const delta_dataset *ds);
 /* A short description ("fashion-mnist train (60000 images 1x28x28, 10
  * classes)", "text /path: 1234 windows of 128 bytes", ...); never NULL. */
-const char *delta_dataset_name(const delta_dataset *ds);
+DELTA_API const char *delta_dataset_name(const delta_dataset *ds);
 
 /* Writes sample `index` (0 <= index < len) into input (input_numel
  * elements of input_dtype), target (target_numel) and, when non-NULL, mask
@@ -78,7 +78,7 @@ const char *delta_dataset_name(const delta_dataset *ds);
  * mask_numel is 0, leave it untouched). seed and
  * epoch key the per-draw randomness, which today is only the masked-LM
  * masking (other kinds ignore them); the loader passes its own. */
-void delta_dataset_get(const delta_dataset *ds, int64_t index, uint64_t seed,
+DELTA_API void delta_dataset_get(const delta_dataset *ds, int64_t index, uint64_t seed,
                        uint64_t epoch, void *input, int32_t *target,
                        float *mask);
 
@@ -105,7 +105,7 @@ typedef enum delta_data_split {
 
 /* dir NULL or "" means DELTA_FASHION_MNIST_DIR. Images may be any size
  * from 1x1 to 4096x4096 (the file says); the count is at most 2^28. */
-delta_dataset *delta_dataset_fashion_mnist_new(const char *dir,
+DELTA_API delta_dataset *delta_dataset_fashion_mnist_new(const char *dir,
                                                delta_data_split split,
                                                delta_status *status,
                                                char *err, size_t err_len);
@@ -141,7 +141,7 @@ typedef struct delta_text_opts {
                               DELTA_TEXT_MLM_VOCAB masked */
 } delta_text_opts;
 
-delta_dataset *delta_dataset_text_new(const char *path,
+DELTA_API delta_dataset *delta_dataset_text_new(const char *path,
                                       const delta_text_opts *opts,
                                       delta_status *status, char *err,
                                       size_t err_len);
@@ -169,7 +169,7 @@ typedef struct delta_synth_opts {
     int64_t vocab;                    /* tokens, >= 2 (>= 3 masked LM) */
 } delta_synth_opts;
 
-delta_dataset *delta_dataset_synthetic_new(const delta_synth_opts *opts,
+DELTA_API delta_dataset *delta_dataset_synthetic_new(const delta_synth_opts *opts,
                                            delta_status *status, char *err,
                                            size_t err_len);
 
@@ -191,9 +191,9 @@ typedef struct delta_batch {
 
 /* Allocates (aligned) buffers for `batch` samples of ds into b, zeroing
  * b's other fields; release with delta_batch_release. Convenience only. */
-delta_status delta_batch_alloc(delta_batch *b, const delta_dataset *ds,
+DELTA_API delta_status delta_batch_alloc(delta_batch *b, const delta_dataset *ds,
                                int64_t batch);
-void delta_batch_release(delta_batch *b);
+DELTA_API void delta_batch_release(delta_batch *b);
 
 /* ---- loader ------------------------------------------------------------- */
 typedef struct delta_loader delta_loader;
@@ -214,16 +214,16 @@ typedef struct delta_loader_pos {
  * (masked-LM masking) through delta_dataset_get. Fails
  * (DELTA_ERR_INVALID_ARG) when batch < 1, or drop_last and batch > len (an
  * epoch would have no batch). */
-delta_loader *delta_loader_new(const delta_dataset *ds, int64_t batch,
+DELTA_API delta_loader *delta_loader_new(const delta_dataset *ds, int64_t batch,
                                uint64_t seed, bool shuffle, bool drop_last,
                                delta_status *status, char *err,
                                size_t err_len);
-void delta_loader_free(delta_loader *l);
+DELTA_API void delta_loader_free(delta_loader *l);
 
 /* Writes the next batch into out's buffers and sets out->size, ->epoch and
  * ->index. Batches go on forever: after an epoch's last batch the next
  * call starts the next epoch. No allocation. */
-void delta_loader_next(delta_loader *l, delta_batch *out);
+DELTA_API void delta_loader_next(delta_loader *l, delta_batch *out);
 
 /* Like delta_loader_next, but token samples (causal and masked LM) hold
  * seq_len tokens, 1 <= seq_len <= the dataset's seq_len, written densely
@@ -234,22 +234,22 @@ void delta_loader_next(delta_loader *l, delta_batch *out);
  * positions. Samples and their order are the same as with
  * delta_loader_next (a text window still starts at index * T). Images
  * ignore seq_len. Trainers that draw a sequence length per step use it. */
-void delta_loader_next_len(delta_loader *l, delta_batch *out,
+DELTA_API void delta_loader_next_len(delta_loader *l, delta_batch *out,
                            int64_t seq_len);
 
 /* Batches per epoch: len / batch with drop_last, else ceil(len / batch). */
-int64_t delta_loader_batches_per_epoch(const delta_loader *l);
-delta_loader_pos delta_loader_get_pos(const delta_loader *l);
+DELTA_API int64_t delta_loader_batches_per_epoch(const delta_loader *l);
+DELTA_API delta_loader_pos delta_loader_get_pos(const delta_loader *l);
 /* DELTA_ERR_INVALID_ARG (loader unchanged) when epoch < 0 or index is
  * outside 0..len. An index at or past the epoch's last batch makes the next
  * call start the following epoch. */
-delta_status delta_loader_set_pos(delta_loader *l, delta_loader_pos pos);
+DELTA_API delta_status delta_loader_set_pos(delta_loader *l, delta_loader_pos pos);
 
 /* The shuffled order of epoch `epoch`: writes a permutation of 0..n-1 into
  * perm (n elements), by Fisher-Yates with draws from a counter-based RNG
  * keyed by (seed, epoch); the same arguments give the same order on every
  * machine. This is the order a shuffling loader uses. */
-void delta_data_permutation(int64_t n, uint64_t seed, int64_t epoch,
+DELTA_API void delta_data_permutation(int64_t n, uint64_t seed, int64_t epoch,
                             int64_t *perm);
 
 #ifdef __cplusplus

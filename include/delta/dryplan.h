@@ -69,13 +69,13 @@ typedef struct delta_dry_block {
 /* Fills *plan for the program recorded in ctx (normally after
  * delta_backward and an optimizer). DELTA_ERR_STATE if ctx holds an error,
  * DELTA_ERR_NOMEM if host scratch runs out; message in err (may be NULL). */
-delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
+DELTA_API delta_status delta_dry_plan_build(const delta_ctx *ctx, delta_dry_plan *plan,
                                   char *err, size_t err_len);
 
 /* The same with outputs: tensors the caller reads after a run (a session's
  * outputs, e.g. logits for evaluation) live to the step's end, as keep
  * places them, so the peak is what keep needs with those outputs. */
-delta_status delta_dry_plan_build_outputs(const delta_ctx *ctx,
+DELTA_API delta_status delta_dry_plan_build_outputs(const delta_ctx *ctx,
                                           delta_tensor *const *outs,
                                           int n_outs, delta_dry_plan *plan,
                                           char *err, size_t err_len);
@@ -83,9 +83,9 @@ delta_status delta_dry_plan_build_outputs(const delta_ctx *ctx,
 /* Writes up to cap blocks of the trace (persistent and input roots first in
  * id order, then activation and gradient roots and workspaces by first op)
  * and returns how many there are in all, or -1 if ctx holds an error. */
-int delta_dry_plan_trace(const delta_ctx *ctx, delta_dry_block *blocks,
+DELTA_API int delta_dry_plan_trace(const delta_ctx *ctx, delta_dry_block *blocks,
                          int cap);
-int delta_dry_plan_trace_outputs(const delta_ctx *ctx,
+DELTA_API int delta_dry_plan_trace_outputs(const delta_ctx *ctx,
                                  delta_tensor *const *outs, int n_outs,
                                  delta_dry_block *blocks, int cap);
 

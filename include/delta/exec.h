@@ -30,25 +30,25 @@ typedef enum delta_run_mode {
 /* Allocates and initializes every tensor of ctx's program (parameters and
  * state from their init specs, inputs to zero). Returns NULL on failure and
  * writes why into err. ctx must outlive the executor and must not grow. */
-delta_exec *delta_exec_new(delta_ctx *ctx, const delta_exec_opts *opts,
+DELTA_API delta_exec *delta_exec_new(delta_ctx *ctx, const delta_exec_opts *opts,
                            char *err, size_t err_len);
-void delta_exec_free(delta_exec *ex);
+DELTA_API void delta_exec_free(delta_exec *ex);
 
-delta_status delta_exec_run(delta_exec *ex, delta_run_mode mode);
+DELTA_API delta_status delta_exec_run(delta_exec *ex, delta_run_mode mode);
 
 /* Host pointer to t's data (views share their root's). */
-void *delta_exec_data(delta_exec *ex, const delta_tensor *t);
+DELTA_API void *delta_exec_data(delta_exec *ex, const delta_tensor *t);
 /* Copies bytes into t; bytes must equal delta_tensor_bytes(t). */
-delta_status delta_exec_set(delta_exec *ex, const delta_tensor *t,
+DELTA_API delta_status delta_exec_set(delta_exec *ex, const delta_tensor *t,
                             const void *data, size_t bytes);
 
 /* Wall-clock seconds op op_id took in the last run that ran it (0 if never
  * run). Measured around each kernel call. */
-double delta_exec_op_seconds(const delta_exec *ex, int op_id);
+DELTA_API double delta_exec_op_seconds(const delta_exec *ex, int op_id);
 
 /* The step counter: dropout masks and Adam's bias correction read it. */
-int64_t delta_exec_step(const delta_exec *ex);
-void delta_exec_set_step(delta_exec *ex, int64_t step);
+DELTA_API int64_t delta_exec_step(const delta_exec *ex);
+DELTA_API void delta_exec_set_step(delta_exec *ex, int64_t step);
 
 #ifdef __cplusplus
 }

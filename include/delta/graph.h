@@ -62,58 +62,58 @@ typedef struct delta_init {
 
 /* ---- context ---------------------------------------------------------- */
 
-delta_ctx *delta_ctx_new(void);
-void delta_ctx_free(delta_ctx *ctx);
+DELTA_API delta_ctx *delta_ctx_new(void);
+DELTA_API void delta_ctx_free(delta_ctx *ctx);
 
 /* First recoverable error since creation or the last clear. */
-delta_status delta_ctx_status(const delta_ctx *ctx);
-const char *delta_ctx_error(const delta_ctx *ctx);
-void delta_ctx_clear_error(delta_ctx *ctx);
+DELTA_API delta_status delta_ctx_status(const delta_ctx *ctx);
+DELTA_API const char *delta_ctx_error(const delta_ctx *ctx);
+DELTA_API void delta_ctx_clear_error(delta_ctx *ctx);
 
 /* Seed of every random draw the program makes (init, dropout). */
-void delta_ctx_set_seed(delta_ctx *ctx, uint64_t seed);
-uint64_t delta_ctx_seed(const delta_ctx *ctx);
+DELTA_API void delta_ctx_set_seed(delta_ctx *ctx, uint64_t seed);
+DELTA_API uint64_t delta_ctx_seed(const delta_ctx *ctx);
 
 /* ---- tensors ---------------------------------------------------------- */
 
 /* shape has ndim entries; ndim 0 is a scalar. name may be NULL. */
-delta_tensor *delta_param(delta_ctx *ctx, const char *name, int ndim,
+DELTA_API delta_tensor *delta_param(delta_ctx *ctx, const char *name, int ndim,
                           const int64_t *shape, delta_init init);
-delta_tensor *delta_input(delta_ctx *ctx, const char *name, delta_dtype dtype,
+DELTA_API delta_tensor *delta_input(delta_ctx *ctx, const char *name, delta_dtype dtype,
                           int ndim, const int64_t *shape);
-delta_tensor *delta_constant(delta_ctx *ctx, const char *name,
+DELTA_API delta_tensor *delta_constant(delta_ctx *ctx, const char *name,
                              delta_dtype dtype, int ndim, const int64_t *shape,
                              delta_init init);
 /* Persistent state updated in place by ops (no gradient). */
-delta_tensor *delta_state(delta_ctx *ctx, const char *name, int ndim,
+DELTA_API delta_tensor *delta_state(delta_ctx *ctx, const char *name, int ndim,
                           const int64_t *shape, delta_init init);
 
-int delta_tensor_id(const delta_tensor *t);
-int delta_tensor_ndim(const delta_tensor *t);
-int64_t delta_tensor_dim(const delta_tensor *t, int i); /* i < 0 from end */
-const int64_t *delta_tensor_shape(const delta_tensor *t);
-int64_t delta_tensor_numel(const delta_tensor *t);
-size_t delta_tensor_bytes(const delta_tensor *t);
-delta_dtype delta_tensor_dtype(const delta_tensor *t);
-delta_tensor_kind delta_tensor_kind_of(const delta_tensor *t);
-const char *delta_tensor_name(const delta_tensor *t);
-void delta_tensor_set_name(delta_tensor *t, const char *name);
-bool delta_tensor_requires_grad(const delta_tensor *t);
+DELTA_API int delta_tensor_id(const delta_tensor *t);
+DELTA_API int delta_tensor_ndim(const delta_tensor *t);
+DELTA_API int64_t delta_tensor_dim(const delta_tensor *t, int i); /* i < 0 from end */
+DELTA_API const int64_t *delta_tensor_shape(const delta_tensor *t);
+DELTA_API int64_t delta_tensor_numel(const delta_tensor *t);
+DELTA_API size_t delta_tensor_bytes(const delta_tensor *t);
+DELTA_API delta_dtype delta_tensor_dtype(const delta_tensor *t);
+DELTA_API delta_tensor_kind delta_tensor_kind_of(const delta_tensor *t);
+DELTA_API const char *delta_tensor_name(const delta_tensor *t);
+DELTA_API void delta_tensor_set_name(delta_tensor *t, const char *name);
+DELTA_API bool delta_tensor_requires_grad(const delta_tensor *t);
 /* Gradient of t after delta_backward (NULL if t got none). */
-delta_tensor *delta_tensor_grad(const delta_tensor *t);
+DELTA_API delta_tensor *delta_tensor_grad(const delta_tensor *t);
 
-int delta_ctx_n_tensors(const delta_ctx *ctx);
-delta_tensor *delta_ctx_tensor(const delta_ctx *ctx, int id);
+DELTA_API int delta_ctx_n_tensors(const delta_ctx *ctx);
+DELTA_API delta_tensor *delta_ctx_tensor(const delta_ctx *ctx, int id);
 /* Tensor by name, or NULL. */
-delta_tensor *delta_ctx_find(const delta_ctx *ctx, const char *name);
+DELTA_API delta_tensor *delta_ctx_find(const delta_ctx *ctx, const char *name);
 
 /* Fills a tensor as its init spec says, with draws keyed by (seed, id). */
-void delta_init_fill(float *data, int64_t n, delta_init init, uint64_t seed,
+DELTA_API void delta_init_fill(float *data, int64_t n, delta_init init, uint64_t seed,
                      int tensor_id);
 /* Gives t's first value at data: its init spec (F32 with one), else zeros.
  * Every executor and runtime starts persistent tensors this way, so they
  * all start from the same bits. */
-void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed);
+DELTA_API void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed);
 
 /* ---- forward ops -------------------------------------------------------
  * Each returns the op's (first) output, a new ACTIVATION tensor. */
@@ -121,97 +121,97 @@ void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed);
 /* a (..., M, K) or (..., K, M) if trans_a; b (..., K, N) or (..., N, K) if
  * trans_b, with the same leading dims as a, or 2-D (shared by the batch).
  * Returns alpha * op(a) op(b): (..., M, N). */
-delta_tensor *delta_matmul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b,
+DELTA_API delta_tensor *delta_matmul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b,
                            bool trans_a, bool trans_b, float alpha);
 /* x (..., IN), w (OUT, IN) as torch.nn.Linear, bias (OUT) or NULL.
  * Returns x w^T + bias: (..., OUT). */
-delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
+DELTA_API delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
                            delta_tensor *bias);
 /* x (N, C, H, W), w (K, C, R, S), bias (K) or NULL; dilation 1, groups 1.
  * Returns (N, K, P, Q), P = (H + 2 pad - R) / stride + 1. */
-delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
+DELTA_API delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
                            delta_tensor *bias, int stride, int pad);
 /* Training-mode batch norm over (N, H, W) per channel of x (N, C, H, W) or
  * over N per feature of x (N, C). gamma, beta (C). Updates running_mean and
  * running_var (STATE tensors (C), may both be NULL) with momentum, as
  * PyTorch: running = (1 - momentum) running + momentum * batch (unbiased
  * variance). */
-delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
+DELTA_API delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
                               delta_tensor *gamma, delta_tensor *beta,
                               delta_tensor *running_mean,
                               delta_tensor *running_var, float momentum,
                               float eps);
 /* Layer norm over the last dim of x (..., D); gamma, beta (D) or NULL. */
-delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
+DELTA_API delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
                               delta_tensor *gamma, delta_tensor *beta,
                               float eps);
-delta_tensor *delta_relu(delta_ctx *ctx, delta_tensor *x);
+DELTA_API delta_tensor *delta_relu(delta_ctx *ctx, delta_tensor *x);
 /* GELU, tanh approximation (GPT-2's). */
-delta_tensor *delta_gelu(delta_ctx *ctx, delta_tensor *x);
+DELTA_API delta_tensor *delta_gelu(delta_ctx *ctx, delta_tensor *x);
 /* GELU, exact form x * Phi(x) with erf (BERT's). */
-delta_tensor *delta_gelu_erf(delta_ctx *ctx, delta_tensor *x);
+DELTA_API delta_tensor *delta_gelu_erf(delta_ctx *ctx, delta_tensor *x);
 /* x (N, C, H, W); window k, stride, padding (max: padded cells are -inf;
  * avg: count_include_pad as PyTorch's default). */
-delta_tensor *delta_maxpool2d(delta_ctx *ctx, delta_tensor *x, int k,
+DELTA_API delta_tensor *delta_maxpool2d(delta_ctx *ctx, delta_tensor *x, int k,
                               int stride, int pad);
-delta_tensor *delta_avgpool2d(delta_ctx *ctx, delta_tensor *x, int k,
+DELTA_API delta_tensor *delta_avgpool2d(delta_ctx *ctx, delta_tensor *x, int k,
                               int stride, int pad);
 /* x (N, C, H, W) -> (N, C). */
-delta_tensor *delta_global_avgpool(delta_ctx *ctx, delta_tensor *x);
+DELTA_API delta_tensor *delta_global_avgpool(delta_ctx *ctx, delta_tensor *x);
 /* a + b, where b has a's shape or a trailing part of it (broadcast over the
  * leading dims, as a position embedding (T, D) over (B, T, D)). */
-delta_tensor *delta_add(delta_ctx *ctx, delta_tensor *a, delta_tensor *b);
+DELTA_API delta_tensor *delta_add(delta_ctx *ctx, delta_tensor *a, delta_tensor *b);
 /* Elementwise a * b, same shapes. */
-delta_tensor *delta_mul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b);
-delta_tensor *delta_scale(delta_ctx *ctx, delta_tensor *x, float s);
+DELTA_API delta_tensor *delta_mul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b);
+DELTA_API delta_tensor *delta_scale(delta_ctx *ctx, delta_tensor *x, float s);
 /* Sum of all elements: a scalar. */
-delta_tensor *delta_sum(delta_ctx *ctx, delta_tensor *x);
+DELTA_API delta_tensor *delta_sum(delta_ctx *ctx, delta_tensor *x);
 /* ids (...) I32 in [0, V), table (V, D). Returns (..., D). */
-delta_tensor *delta_embedding(delta_ctx *ctx, delta_tensor *ids,
+DELTA_API delta_tensor *delta_embedding(delta_ctx *ctx, delta_tensor *ids,
                               delta_tensor *table);
 /* Softmax over the last dim of x (..., Tq, Tk). causal masks k > q (+ Tk -
  * Tq); key_mask (B, Tk) (F32, 1 keep / 0 mask, or NULL) masks keys per batch
  * entry, where x is (B, ..., Tk). Masked entries are 0. */
-delta_tensor *delta_softmax(delta_ctx *ctx, delta_tensor *x, bool causal,
+DELTA_API delta_tensor *delta_softmax(delta_ctx *ctx, delta_tensor *x, bool causal,
                             delta_tensor *key_mask);
 /* Scaled dot-product attention, composed of matmul, softmax and dropout:
  * q (B, H, Tq, Dh), k and v (B, H, Tk, Dh) -> (B, H, Tq, Dh). */
-delta_tensor *delta_attention(delta_ctx *ctx, delta_tensor *q, delta_tensor *k,
+DELTA_API delta_tensor *delta_attention(delta_ctx *ctx, delta_tensor *q, delta_tensor *k,
                               delta_tensor *v, bool causal,
                               delta_tensor *key_mask, float dropout_p);
 /* Inverted dropout with probability p; the mask is drawn from a
  * counter-based RNG keyed by (ctx seed, op id, step), so running the op
  * again in the same step reproduces it. p = 0 returns x itself. */
-delta_tensor *delta_dropout(delta_ctx *ctx, delta_tensor *x, float p);
+DELTA_API delta_tensor *delta_dropout(delta_ctx *ctx, delta_tensor *x, float p);
 /* logits (N, V), targets (N) I32; targets equal to ignore_index (e.g. -100)
  * are left out. Returns the mean loss over counted rows, a scalar. */
-delta_tensor *delta_cross_entropy(delta_ctx *ctx, delta_tensor *logits,
+DELTA_API delta_tensor *delta_cross_entropy(delta_ctx *ctx, delta_tensor *logits,
                                   delta_tensor *targets, int ignore_index);
 /* A view of x with another shape of the same numel: no data is moved.
  * One dim may be -1 (inferred). */
-delta_tensor *delta_reshape(delta_ctx *ctx, delta_tensor *x, int ndim,
+DELTA_API delta_tensor *delta_reshape(delta_ctx *ctx, delta_tensor *x, int ndim,
                             const int64_t *shape);
 /* A copy of x with dims d0 and d1 swapped. */
-delta_tensor *delta_transpose(delta_ctx *ctx, delta_tensor *x, int d0, int d1);
+DELTA_API delta_tensor *delta_transpose(delta_ctx *ctx, delta_tensor *x, int d0, int d1);
 /* Splits x into n equal parts along dim; out receives n tensors (n <= 4). */
-delta_status delta_split(delta_ctx *ctx, delta_tensor *x, int dim, int n,
+DELTA_API delta_status delta_split(delta_ctx *ctx, delta_tensor *x, int dim, int n,
                          delta_tensor **out);
 /* Concatenates n tensors (n <= DELTA_MAX_OP_IN) along dim. */
-delta_tensor *delta_concat(delta_ctx *ctx, delta_tensor *const *xs, int n,
+DELTA_API delta_tensor *delta_concat(delta_ctx *ctx, delta_tensor *const *xs, int n,
                            int dim);
 /* x converted to dtype (F32 <-> BF16; to BF16 rounds to nearest, ties to
  * even). Returns x itself when it already has that dtype. Its gradient is
  * the cast of the output's gradient back to x's dtype, so an F32 parameter
  * cast to BF16 for a product still gets an F32 gradient. Mixed precision
  * is built from this op: products take operands of one dtype. */
-delta_tensor *delta_cast(delta_ctx *ctx, delta_tensor *x, delta_dtype dtype);
+DELTA_API delta_tensor *delta_cast(delta_ctx *ctx, delta_tensor *x, delta_dtype dtype);
 
 /* ---- autograd and optimizers ------------------------------------------ */
 
 /* Appends the backward ops of every op recorded so far, seeded by
  * d loss / d loss = 1 (loss must be a scalar). Gradients of tensors used
  * more than once are summed in a fixed order. Call once. */
-delta_status delta_backward(delta_ctx *ctx, delta_tensor *loss);
+DELTA_API delta_status delta_backward(delta_ctx *ctx, delta_tensor *loss);
 
 typedef struct delta_sgd_opts {
     float lr, momentum, weight_decay;
@@ -225,8 +225,8 @@ typedef struct delta_adamw_opts {
 /* Append an update op for every PARAM that has a gradient; state (momentum
  * buffers, moments) becomes STATE tensors of the program. Semantics follow
  * torch.optim.SGD and torch.optim.AdamW. Call after delta_backward. */
-delta_status delta_optimizer_sgd(delta_ctx *ctx, delta_sgd_opts o);
-delta_status delta_optimizer_adamw(delta_ctx *ctx, delta_adamw_opts o);
+DELTA_API delta_status delta_optimizer_sgd(delta_ctx *ctx, delta_sgd_opts o);
+DELTA_API delta_status delta_optimizer_adamw(delta_ctx *ctx, delta_adamw_opts o);
 
 /* ---- program inspection ----------------------------------------------- */
 
@@ -252,8 +252,8 @@ typedef struct delta_op_info {
                            and changes nothing else */
 } delta_op_info;
 
-int delta_ctx_n_ops(const delta_ctx *ctx);
-void delta_ctx_op_info(const delta_ctx *ctx, int i, delta_op_info *info);
+DELTA_API int delta_ctx_n_ops(const delta_ctx *ctx);
+DELTA_API void delta_ctx_op_info(const delta_ctx *ctx, int i, delta_op_info *info);
 
 /* Totals over the program, for reports. */
 typedef struct delta_program_stats {
@@ -263,10 +263,10 @@ typedef struct delta_program_stats {
     size_t param_bytes, state_bytes, input_bytes, activation_bytes,
         grad_bytes, max_workspace;
 } delta_program_stats;
-void delta_ctx_program_stats(const delta_ctx *ctx, delta_program_stats *s);
+DELTA_API void delta_ctx_program_stats(const delta_ctx *ctx, delta_program_stats *s);
 
 /* Writes a text listing of the program (one op a line) to a FILE*. */
-void delta_ctx_print_program(const delta_ctx *ctx, void *file);
+DELTA_API void delta_ctx_print_program(const delta_ctx *ctx, void *file);
 
 #ifdef __cplusplus
 }

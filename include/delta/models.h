@@ -1,7 +1,9 @@
 /* delta — the built-in models, built only through the public graph API.
  *
  * Families and their tensor names (so checkpoints interchange with
- * PyTorch as safetensors):
+ * PyTorch as safetensors; the tool's files add the tied aliases
+ * transformers lists, lm_head.weight and cls.predictions.decoder.*:
+ * docs/CHECKPOINTS.md):
  *   mlp                      "fc1.weight", "fc1.bias", ... "fc3.bias"
  *                            (nn.Linear layout (out, in))
  *   resnet18/34/50/101/152   torchvision's ResNet ("conv1.weight",
@@ -31,9 +33,7 @@
  *  - BERT's word-embedding row 0 (the padding token) is not zeroed at init
  *    and its lookup gradient is not stopped (nn.Embedding padding_idx).
  *    Both agree whenever padding positions are masked and have target
- *    -100, the only way padding is meant to be used.
- *  - BERT's GELU is the tanh form until graph.h offers the erf form (see
- *    src/models/bert.c). */
+ *    -100, the only way padding is meant to be used. */
 #ifndef DELTA_MODELS_H
 #define DELTA_MODELS_H
 
@@ -64,10 +64,10 @@ typedef enum delta_precision {
 } delta_precision;
 
 /* "fp32", "bf16" ("?" for others). */
-const char *delta_precision_name(delta_precision p);
+DELTA_API const char *delta_precision_name(delta_precision p);
 /* Parses "fp32" or "bf16" into *out; false (and *out untouched) for
  * anything else. */
-bool delta_precision_parse(const char *s, delta_precision *out);
+DELTA_API bool delta_precision_parse(const char *s, delta_precision *out);
 
 /* dropout value that asks for the model's default. */
 #define DELTA_MODEL_DROPOUT_DEFAULT (-1.0f)
@@ -119,7 +119,7 @@ typedef struct delta_model {
  * be cfg itself). On error writes a message naming the bad field into err
  * (err_len bytes, may be NULL) and returns DELTA_ERR_INVALID_ARG; an
  * unknown name's message lists the valid names. */
-delta_status delta_model_resolve(const delta_model_config *cfg,
+DELTA_API delta_status delta_model_resolve(const delta_model_config *cfg,
                                  delta_model_config *out, char *err,
                                  size_t err_len);
 
@@ -127,20 +127,20 @@ delta_status delta_model_resolve(const delta_model_config *cfg,
  * status; on error out->error says why: a bad config (ctx untouched) or
  * the graph's first error (also in delta_ctx_error). Call delta_backward
  * and an optimizer afterwards for training. */
-delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
+DELTA_API delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
                                delta_model *out);
 
 /* Writes the model's constants (positions 0..T-1, token type 0) through
  * data_of, which returns the host data of a tensor (e.g. a wrapper around
  * delta_exec_data). Call once after the program is placed and before the
  * first run; models without constants write nothing. */
-void delta_model_fill_constants(const delta_model *m,
+DELTA_API void delta_model_fill_constants(const delta_model *m,
                                 void *(*data_of)(void *ud,
                                                  const delta_tensor *t),
                                 void *ud);
 
 /* Names of the built-in models, NULL-terminated. */
-const char *const *delta_model_names(void);
+DELTA_API const char *const *delta_model_names(void);
 
 #ifdef __cplusplus
 }

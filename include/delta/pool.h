@@ -37,7 +37,7 @@ extern "C" {
 
 /* bytes rounded up to DELTA_POOL_ALIGN (0 becomes DELTA_POOL_ALIGN);
  * SIZE_MAX when the rounding would overflow. */
-size_t delta_pool_round(size_t bytes);
+DELTA_API size_t delta_pool_round(size_t bytes);
 
 /* ---- online allocator -------------------------------------------------- */
 
@@ -49,37 +49,37 @@ typedef struct delta_pool delta_pool;
  * called: alloc and release do no host allocation). Returns NULL with a
  * message in err (may be NULL) if capacity < DELTA_POOL_ALIGN, max_live < 1
  * or host memory runs out. */
-delta_pool *delta_pool_new(size_t capacity, int max_live, char *err,
+DELTA_API delta_pool *delta_pool_new(size_t capacity, int max_live, char *err,
                            size_t err_len);
-void delta_pool_free(delta_pool *pool);
+DELTA_API void delta_pool_free(delta_pool *pool);
 
 /* Grows the block table to hold max_live blocks (never shrinks). Not for
  * the hot path: call it between steps. DELTA_ERR_NOMEM on failure (the
  * pool is unchanged). */
-delta_status delta_pool_reserve(delta_pool *pool, int max_live);
+DELTA_API delta_status delta_pool_reserve(delta_pool *pool, int max_live);
 
 /* Best fit: the smallest free range that holds the rounded size (lowest
  * offset among equals), split so the block takes its low end. On success
  * *off is the block's offset. DELTA_ERR_BUDGET when no free range is large
  * enough or the block table is full (the message says which); the pool is
  * unchanged then. O(log n). */
-delta_status delta_pool_alloc(delta_pool *pool, size_t bytes, size_t *off);
+DELTA_API delta_status delta_pool_alloc(delta_pool *pool, size_t bytes, size_t *off);
 
 /* Claims exactly [off, off + rounded bytes) if that range is free (off must
  * be aligned). DELTA_ERR_BUDGET if any byte of it is in use or past the
  * capacity, DELTA_ERR_INVALID_ARG if off is misaligned. O(log n). */
-delta_status delta_pool_alloc_at(delta_pool *pool, size_t off, size_t bytes);
+DELTA_API delta_status delta_pool_alloc_at(delta_pool *pool, size_t off, size_t bytes);
 
 /* Frees the block that starts at off and merges it with free neighbours.
  * DELTA_ERR_INVALID_ARG if no live block starts there. O(log n). */
-delta_status delta_pool_release(delta_pool *pool, size_t off);
+DELTA_API delta_status delta_pool_release(delta_pool *pool, size_t off);
 
 /* Size of the live block starting at off, or 0 if there is none. */
-size_t delta_pool_block_size(const delta_pool *pool, size_t off);
+DELTA_API size_t delta_pool_block_size(const delta_pool *pool, size_t off);
 
 /* True when every byte of [off, off + rounded bytes) is free and inside
  * the capacity. O(log n). */
-bool delta_pool_range_free(const delta_pool *pool, size_t off, size_t bytes);
+DELTA_API bool delta_pool_range_free(const delta_pool *pool, size_t off, size_t bytes);
 
 typedef struct delta_pool_stats {
     size_t capacity;        /* usable bytes (rounded down to the alignment) */
@@ -95,24 +95,24 @@ typedef struct delta_pool_stats {
                                pool has not been used) */
 } delta_pool_stats;
 
-void delta_pool_get_stats(const delta_pool *pool, delta_pool_stats *s);
+DELTA_API void delta_pool_get_stats(const delta_pool *pool, delta_pool_stats *s);
 
 /* Starts a new measuring period (a step): the peaks restart from what is
  * live now (peak address = end of the highest live block). */
-void delta_pool_reset_peaks(delta_pool *pool);
+DELTA_API void delta_pool_reset_peaks(delta_pool *pool);
 
 /* Message of the last failed call. */
-const char *delta_pool_error(const delta_pool *pool);
+DELTA_API const char *delta_pool_error(const delta_pool *pool);
 
 /* Checks every structural invariant (blocks tile the arena in order, no two
  * neighbouring free ranges, alignment, both search trees consistent with
  * the table, totals). Returns true when all hold; otherwise false with the
  * first broken one in the error message. O(n), for tests. */
-bool delta_pool_validate(const delta_pool *pool);
+DELTA_API bool delta_pool_validate(const delta_pool *pool);
 
 /* Calls fn(off, size, user) for every live block in offset order; for
  * tests and reports. */
-void delta_pool_for_each_live(const delta_pool *pool,
+DELTA_API void delta_pool_for_each_live(const delta_pool *pool,
                               void (*fn)(size_t off, size_t size, void *user),
                               void *user);
 
@@ -148,7 +148,7 @@ typedef struct delta_plan_stats {
  * milliseconds. DELTA_ERR_INVALID_ARG for a malformed block (first > last,
  * misaligned fixed offset, a size that overflows), DELTA_ERR_NOMEM if the
  * scratch arrays cannot be allocated. stats may be NULL. */
-delta_status delta_plan_place(const delta_plan_block *blocks, int n,
+DELTA_API delta_status delta_plan_place(const delta_plan_block *blocks, int n,
                               size_t *offsets, delta_plan_stats *stats);
 
 /* Other orders for the same greedy placement, for traces where the
@@ -166,14 +166,14 @@ typedef enum delta_plan_order {
     DELTA_PLAN_SIZE_SQRT_LIFE,
 } delta_plan_order;
 #define DELTA_PLAN_N_ORDERS 4
-delta_status delta_plan_place_order(const delta_plan_block *blocks, int n,
+DELTA_API delta_status delta_plan_place_order(const delta_plan_block *blocks, int n,
                                     delta_plan_order order, size_t *offsets,
                                     delta_plan_stats *stats);
 
 /* Only the lower bound (max over time points of rounded bytes alive), with
  * the time point in *at (may be NULL). O(n log n). SIZE_MAX if host memory
  * for its scratch runs out. */
-size_t delta_plan_max_live(const delta_plan_block *blocks, int n, int *at);
+DELTA_API size_t delta_plan_max_live(const delta_plan_block *blocks, int n, int *at);
 
 /* ---- replay: online first, planned afterwards ---------------------------- */
 
@@ -242,26 +242,26 @@ typedef struct delta_replay_step {
 } delta_replay_step;
 
 /* capacity and max_live as for delta_pool_new. */
-delta_replay *delta_replay_new(size_t capacity, int max_live, char *err,
+DELTA_API delta_replay *delta_replay_new(size_t capacity, int max_live, char *err,
                                size_t err_len);
-void delta_replay_free(delta_replay *r);
+DELTA_API void delta_replay_free(delta_replay *r);
 
 /* The occupancy structure (for stats; do not alloc or release through it
  * while a step is recorded). */
-delta_pool *delta_replay_pool(delta_replay *r);
+DELTA_API delta_pool *delta_replay_pool(delta_replay *r);
 
-void delta_replay_step_begin(delta_replay *r);
+DELTA_API void delta_replay_step_begin(delta_replay *r);
 /* op is the caller's op index (for reports). Same failures as
  * delta_pool_alloc; a failed call records nothing, so it may be retried
  * after the caller frees memory. */
-delta_status delta_replay_alloc(delta_replay *r, size_t bytes, int op,
+DELTA_API delta_status delta_replay_alloc(delta_replay *r, size_t bytes, int op,
                                 size_t *off);
-delta_status delta_replay_release(delta_replay *r, size_t off, int op);
+DELTA_API delta_status delta_replay_release(delta_replay *r, size_t off, int op);
 /* As delta_replay_alloc / delta_replay_release with the block's key (see
  * above); key -1 is the plain call. */
-delta_status delta_replay_alloc_key(delta_replay *r, size_t bytes, int op,
+DELTA_API delta_status delta_replay_alloc_key(delta_replay *r, size_t bytes, int op,
                                     int key, size_t *off);
-delta_status delta_replay_release_key(delta_replay *r, size_t off, int op,
+DELTA_API delta_status delta_replay_release_key(delta_replay *r, size_t off, int op,
                                       int key);
 
 /* What the next delta_replay_alloc_key(r, bytes, ., key, .) would do, with
@@ -281,16 +281,16 @@ typedef enum delta_replay_next {
     DELTA_REPLAY_BUSY,
     DELTA_REPLAY_AHEAD,
 } delta_replay_next;
-delta_replay_next delta_replay_peek(const delta_replay *r, size_t bytes,
+DELTA_API delta_replay_next delta_replay_peek(const delta_replay *r, size_t bytes,
                                     int op, int key, size_t *off);
 /* True inside a step that has followed its plan so far. */
-bool delta_replay_replaying(const delta_replay *r);
+DELTA_API bool delta_replay_replaying(const delta_replay *r);
 
 /* An allocation inside a step that is not part of its trace (a block that
  * will stay live for good, placed online like those placed before the
  * first step): online best fit, not recorded, the plan left as it is.
  * Failures as delta_replay_alloc. */
-delta_status delta_replay_alloc_untraced(delta_replay *r, size_t bytes,
+DELTA_API delta_status delta_replay_alloc_untraced(delta_replay *r, size_t bytes,
                                          size_t *off);
 
 /* Moves the live block at `from` to `to` (a caller compacting its arena
@@ -302,11 +302,11 @@ delta_status delta_replay_alloc_untraced(delta_replay *r, size_t bytes,
  * changes then). */
 /* The block [off, off + bytes) (rounded) exactly there, outside any trace:
  * for a static layout. DELTA_ERR_BUDGET when the range is not free. */
-delta_status delta_replay_alloc_at_untraced(delta_replay *r, size_t off,
+DELTA_API delta_status delta_replay_alloc_at_untraced(delta_replay *r, size_t off,
                                             size_t bytes);
-delta_status delta_replay_move(delta_replay *r, size_t from, size_t to);
+DELTA_API delta_status delta_replay_move(delta_replay *r, size_t from, size_t to);
 /* Ends the step, plans if needed; report may be NULL. */
-void delta_replay_step_end(delta_replay *r, delta_replay_step *report);
+DELTA_API void delta_replay_step_end(delta_replay *r, delta_replay_step *report);
 /* Between steps: plans the last step's trace again around the blocks live
  * now, replacing the plan; with compacted, around the places they would
  * have if they slid down to the bottom of the arena in offset order (a
@@ -316,9 +316,9 @@ void delta_replay_step_end(delta_replay *r, delta_replay_step *report);
  * report's plan fields (planned, plan_peak_bytes, plan_max_live_bytes,
  * plan_exceeds_capacity, and adds plan_seconds). false, with no plan
  * left, when there is no recorded step or planning failed. */
-bool delta_replay_replan(delta_replay *r, bool compacted,
+DELTA_API bool delta_replay_replan(delta_replay *r, bool compacted,
                          delta_replay_step *report);
-const char *delta_replay_error(const delta_replay *r);
+DELTA_API const char *delta_replay_error(const delta_replay *r);
 
 /* ---- PyTorch caching-allocator emulation (comparison only) --------------- */
 
@@ -334,17 +334,17 @@ const char *delta_replay_error(const delta_replay *r);
  * linear scans and may allocate host memory as it grows. */
 typedef struct delta_caching delta_caching;
 
-delta_caching *delta_caching_new(void);
-void delta_caching_free(delta_caching *c);
+DELTA_API delta_caching *delta_caching_new(void);
+DELTA_API void delta_caching_free(delta_caching *c);
 
 /* *handle identifies the block for delta_caching_release.
  * DELTA_ERR_NOMEM if host memory for the bookkeeping runs out. */
-delta_status delta_caching_alloc(delta_caching *c, size_t bytes, int *handle);
-delta_status delta_caching_release(delta_caching *c, int handle);
+DELTA_API delta_status delta_caching_alloc(delta_caching *c, size_t bytes, int *handle);
+DELTA_API delta_status delta_caching_release(delta_caching *c, int handle);
 
 /* Where a live block sits: its segment, offset in it, the block's size
  * (rounded, with any unsplit remainder) and the segment's size. */
-delta_status delta_caching_block(const delta_caching *c, int handle,
+DELTA_API delta_status delta_caching_block(const delta_caching *c, int handle,
                                  int *segment, size_t *offset, size_t *size,
                                  size_t *segment_size);
 
@@ -359,7 +359,7 @@ typedef struct delta_caching_stats {
     int n_live;
 } delta_caching_stats;
 
-void delta_caching_get_stats(const delta_caching *c, delta_caching_stats *s);
+DELTA_API void delta_caching_get_stats(const delta_caching *c, delta_caching_stats *s);
 
 #ifdef __cplusplus
 }

@@ -42,19 +42,19 @@ typedef struct delta_st_file delta_st_file;
 
 /* Reads and validates a whole file. On failure returns NULL, sets *status
  * (if non-NULL) and writes a message into err (if non-NULL, err_len bytes). */
-delta_st_file *delta_st_open(const char *path, delta_status *status,
+DELTA_API delta_st_file *delta_st_open(const char *path, delta_status *status,
                              char *err, size_t err_len);
 /* The same from a buffer in memory (copied). */
-delta_st_file *delta_st_parse(const void *buf, size_t len, delta_status *status,
+DELTA_API delta_st_file *delta_st_parse(const void *buf, size_t len, delta_status *status,
                               char *err, size_t err_len);
-void delta_st_close(delta_st_file *f);
+DELTA_API void delta_st_close(delta_st_file *f);
 
-int delta_st_count(const delta_st_file *f);
+DELTA_API int delta_st_count(const delta_st_file *f);
 /* Tensors in data-offset order. */
-const delta_st_tensor *delta_st_at(const delta_st_file *f, int i);
-const delta_st_tensor *delta_st_find(const delta_st_file *f, const char *name);
+DELTA_API const delta_st_tensor *delta_st_at(const delta_st_file *f, int i);
+DELTA_API const delta_st_tensor *delta_st_find(const delta_st_file *f, const char *name);
 /* Value of a "__metadata__" entry, or NULL. */
-const char *delta_st_metadata(const delta_st_file *f, const char *key);
+DELTA_API const char *delta_st_metadata(const delta_st_file *f, const char *key);
 
 /* Writing: describe tensors, then write them in one call. Names must be
  * unique and non-empty. The file is written to a temporary of a unique
@@ -79,12 +79,12 @@ typedef struct delta_st_entry {
     const void *data;      /* numel * element size bytes */
 } delta_st_entry;
 
-delta_status delta_st_write(const char *path, const delta_st_entry *entries,
+DELTA_API delta_status delta_st_write(const char *path, const delta_st_entry *entries,
                             int n, const char *const *meta_kv, int n_meta,
                             char *err, size_t err_len);
 
 /* Element size of a safetensors dtype string, 0 if unknown. */
-size_t delta_st_dtype_size(const char *st_dtype);
+DELTA_API size_t delta_st_dtype_size(const char *st_dtype);
 
 #ifdef __cplusplus
 }

@@ -1,15 +1,17 @@
-/* delta — a session runs a step program on a backend inside a device
- * budget. Every device byte (parameters, gradients, optimizer state,
- * inputs, activations, workspace) lives in one arena of the backend; the
- * pool places each tensor (online on the first step, replaying the
- * lifetime planner's offsets afterwards).
+/* delta — a session runs a step program on a backend (cpu, sim or cuda)
+ * inside a device budget. Every device byte (parameters, gradients,
+ * optimizer state, inputs, activations, workspace) lives in one arena of
+ * the backend, and every policy runs on one runtime (the managed runtime:
+ * docs/ARCHITECTURE.md, "The session and the runtime").
  *
  * Policies: "keep" (every tensor stays on the device until its last use,
- * laid out once by the lifetime planner, so the budget must hold the
- * planned peak) and the managed ones, which swap tensors to the host store
- * and back and drop and recompute activations so that a step fits any
- * budget from the dry plan's minimum up: swap (vDNN), checkpoint (sqrt n),
- * dtr, capuchin, autoswap (docs/POLICIES.md). */
+ * at offsets the lifetime planner gives once, so the budget must hold the
+ * planned peak); "delta", the one to use with a budget (it prices
+ * swapping each tensor to the host store against recomputing it and
+ * prefetches so the cost hides); and the peers, which also swap and drop
+ * and recompute activations so that a step fits a budget from the dry
+ * plan's minimum up: swap (vDNN), checkpoint (sqrt n), dtr, capuchin,
+ * autoswap (docs/POLICIES.md). Every policy computes the same bits. */
 #ifndef DELTA_SESSION_H
 #define DELTA_SESSION_H
 
@@ -30,8 +32,8 @@ typedef struct delta_session delta_session;
  * cache to each, so a policy plans each distinct program once. Not locked:
  * use it from one session at a time. */
 typedef struct delta_plan_cache delta_plan_cache;
-delta_plan_cache *delta_plan_cache_new(void); /* NULL: out of memory */
-void delta_plan_cache_free(delta_plan_cache *c); /* accepts NULL */
+DELTA_API delta_plan_cache *delta_plan_cache_new(void); /* NULL: out of memory */
+DELTA_API void delta_plan_cache_free(delta_plan_cache *c); /* accepts NULL */
 
 typedef struct delta_session_opts {
     delta_backend *backend;   /* not owned; must outlive the session */
@@ -69,13 +71,15 @@ typedef struct delta_session_opts {
     bool check_streams;
 } delta_session_opts;
 
-/* Names of the policies, NULL-terminated: keep, swap, checkpoint, dtr,
- * capuchin, autoswap. */
-const char *const *delta_session_policies(void);
+/* Names of the policies, NULL-terminated: keep, delta and the peers
+ * (swap, checkpoint, dtr, capuchin, autoswap); the one list the runtime
+ * has (src/runtime/policy/table.c). */
+DELTA_API const char *const *delta_session_policies(void);
 
 /* Figures of one step. */
 typedef struct delta_step_stats {
-    double step_s;               /* wall (cpu) or simulated (sim) seconds */
+    double step_s;               /* device seconds: wall (cpu), simulated
+                                    (sim) or from GPU events (cuda) */
     size_t peak_device_bytes;    /* arena high-water mark of the step */
     size_t live_peak_bytes;      /* peak of bytes in use */
     size_t swap_out_bytes, swap_in_bytes;   /* bytes copied each way */
@@ -111,29 +115,29 @@ typedef struct delta_step_stats {
  * BUDGET with a message naming the budget, the minimum and the op that
  * needs it), creates the arena, allocates and initializes persistent
  * tensors. NULL on failure with *status and err set. */
-delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
+DELTA_API delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
                                  delta_status *status, char *err,
                                  size_t err_len);
-void delta_session_free(delta_session *s);
+DELTA_API void delta_session_free(delta_session *s);
 
 /* Runs one step (DELTA_RUN_STEP advances the step counter). */
-delta_status delta_session_run(delta_session *s, delta_run_mode mode,
+DELTA_API delta_status delta_session_run(delta_session *s, delta_run_mode mode,
                                delta_step_stats *stats);
 
 /* Copies data into / out of a tensor wherever it lives. Only persistent
  * tensors (params, state, inputs, consts) and kept outputs (see opts) can
  * be accessed between runs: others give DELTA_ERR_STATE. On sim there is
  * no data: writes are accepted and reads give zeros. */
-delta_status delta_session_write(delta_session *s, const delta_tensor *t,
+DELTA_API delta_status delta_session_write(delta_session *s, const delta_tensor *t,
                                  const void *data, size_t bytes);
-delta_status delta_session_read(delta_session *s, const delta_tensor *t,
+DELTA_API delta_status delta_session_read(delta_session *s, const delta_tensor *t,
                                 void *data, size_t bytes);
 
-int64_t delta_session_step(const delta_session *s);
-void delta_session_set_step(delta_session *s, int64_t step);
-size_t delta_session_budget(const delta_session *s);
+DELTA_API int64_t delta_session_step(const delta_session *s);
+DELTA_API void delta_session_set_step(delta_session *s, int64_t step);
+DELTA_API size_t delta_session_budget(const delta_session *s);
 /* Message of the last failure. */
-const char *delta_session_error(const delta_session *s);
+DELTA_API const char *delta_session_error(const delta_session *s);
 
 #ifdef __cplusplus
 }

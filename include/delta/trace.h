@@ -20,11 +20,11 @@ typedef struct delta_trace delta_trace;
 
 /* Creates path (truncating it). NULL with a message in err when it cannot
  * be written. */
-delta_trace *delta_trace_open(const char *path, char *err, size_t err_len);
+DELTA_API delta_trace *delta_trace_open(const char *path, char *err, size_t err_len);
 /* Ends the JSON document, flushes and closes. DELTA_ERR_IO (message in err)
  * when a write failed at any point; the trace is freed either way. NULL is
  * a no-op. */
-delta_status delta_trace_close(delta_trace *t, char *err, size_t err_len);
+DELTA_API delta_status delta_trace_close(delta_trace *t, char *err, size_t err_len);
 
 /* The tracks. */
 typedef enum delta_trace_track {
@@ -36,17 +36,17 @@ typedef enum delta_trace_track {
 /* A span [t0, t1] seconds on a track. cat names its kind ("op",
  * "recompute", "swap_out", "swap_in", "stall", "defrag"); args is NULL or
  * the inside of a JSON object (e.g. "\"op\":3,\"bytes\":512"). */
-void delta_trace_span(delta_trace *t, delta_trace_track track,
+DELTA_API void delta_trace_span(delta_trace *t, delta_trace_track track,
                       const char *name, const char *cat, double t0, double t1,
                       const char *args);
 /* A point of the device-memory counter at time t: bytes in use and the
  * budget (drawn as a second series so the limit is visible). */
-void delta_trace_memory(delta_trace *t, double time, size_t in_use,
+DELTA_API void delta_trace_memory(delta_trace *t, double time, size_t in_use,
                         size_t budget);
 /* A marker (e.g. a drop, a step boundary) at time t on a track. The
  * session marks the start of every training step with name and cat
  * "step" on the compute track. */
-void delta_trace_instant(delta_trace *t, delta_trace_track track,
+DELTA_API void delta_trace_instant(delta_trace *t, delta_trace_track track,
                          const char *name, const char *cat, double time);
 
 #ifdef __cplusplus

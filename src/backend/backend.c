@@ -1,8 +1,92 @@
 /* The parts of every backend that do not depend on which one it is: the
  * public accessors of delta/backend.h and the few helpers of
  * src/backend/backend.h that are more than one call. */
+#include <stdio.h>
+#include <string.h>
+
 #include "backend/backend.h"
+#include "delta/backend.h"
 #include "delta/graph.h"
+
+/* ---- the registry: backends by name ----------------------------------------- */
+
+static delta_backend *make_cpu(const delta_backend_opts *o, char *err,
+                               size_t n) {
+    return delta_backend_cpu_new(o ? o->cpu : NULL, err, n);
+}
+
+static delta_backend *make_sim(const delta_backend_opts *o, char *err,
+                               size_t n) {
+    return delta_backend_sim_new(o ? o->sim : NULL, err, n);
+}
+
+static delta_backend *make_cuda(const delta_backend_opts *o, char *err,
+                                size_t n) {
+    return delta_backend_cuda_new(o ? o->cuda : NULL, err, n);
+}
+
+/* One row per backend; a backend added here is known to every program
+ * that names backends (the tool's --backend included). */
+static const struct backend_reg {
+    const char *name;
+    const char *description;
+    delta_backend *(*make)(const delta_backend_opts *o, char *err, size_t n);
+    bool (*built)(void);  /* NULL: always */
+} registry[] = {
+    {"cpu", "real kernels on the CPU; the device is an arena of the budget "
+            "in host memory, behind an emulated link", make_cpu, NULL},
+    {"sim", "a simulated GPU (v100, a100, h100 presets): times and memory, "
+            "no data", make_sim, NULL},
+    {"cuda", "an NVIDIA GPU through CUDA", make_cuda, delta_cuda_built},
+};
+enum { N_REG = sizeof registry / sizeof registry[0] };
+
+const char *const *delta_backend_names(void) {
+    static const char *names[N_REG + 1];
+    for (int i = 0; i < N_REG; i++) names[i] = registry[i].name;
+    names[N_REG] = NULL;
+    return names;
+}
+
+static const struct backend_reg *find_reg(const char *name) {
+    for (int i = 0; name && i < N_REG; i++)
+        if (!strcmp(registry[i].name, name)) return &registry[i];
+    return NULL;
+}
+
+const char *delta_backend_describe(const char *name) {
+    const struct backend_reg *r = find_reg(name);
+    return r ? r->description : NULL;
+}
+
+delta_backend *delta_backend_new(const char *name,
+                                 const delta_backend_opts *opts,
+                                 delta_status *status, char *err,
+                                 size_t err_len) {
+    char dummy[8];
+    if (!err) { err = dummy; err_len = sizeof dummy; }
+    delta_status st_dummy;
+    if (!status) status = &st_dummy;
+    const struct backend_reg *r = find_reg(name);
+    if (!r) {
+        char list[128] = "";
+        for (int i = 0; i < N_REG; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                     i == 0 ? "" : i == N_REG - 1 ? " and " : ", ",
+                     registry[i].name);
+        snprintf(err, err_len, "unknown backend '%s'; the backends are %s",
+                 name ? name : "(null)", list);
+        *status = DELTA_ERR_INVALID_ARG;
+        return NULL;
+    }
+    delta_backend *b = r->make(opts, err, err_len);
+    *status = b ? DELTA_OK
+                : r->built && !r->built() ? DELTA_ERR_UNSUPPORTED
+                                          : DELTA_ERR_STATE;
+    return b;
+}
+
+/* ---- every backend's accessors ----------------------------------------------- */
 
 void delta_backend_free(delta_backend *b) {
     if (!b) return;
