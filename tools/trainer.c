@@ -6,6 +6,7 @@
  * mask (B, T) F32. The loader's buffers hold exactly one batch and are
  * copied into the session's input tensors each step. */
 #include "trainer.h"
+#include "core/rng.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -850,16 +851,11 @@ static delta_status write_batch(trainer *t) {
  * in [seq_len_min, seq_len_max] from (seed, step) with --seq-len-range,
  * else the main shape's. */
 #define SEQ_SALT 0x7365716c656e67ULL
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 static int64_t step_seq_len(const trainer *t, int64_t step) {
     const train_config *c = &t->cfg;
     if (t->image) return 0;
     if (!c->seq_len_max) return t->shapes[0].seq_len;
-    uint64_t r = mix64(mix64(c->seed ^ SEQ_SALT) ^
+    uint64_t r = delta_mix64(delta_mix64(c->seed ^ SEQ_SALT) ^
                        ((uint64_t)step * 0x9e3779b97f4a7c15ULL));
     uint64_t span = (uint64_t)(c->seq_len_max - c->seq_len_min + 1);
     return c->seq_len_min +

@@ -1,6 +1,7 @@
 /* The plan cache and program keys (see runtime/plan_cache.h). A run sees a
  * handful of shapes, so the cache is a flat array searched linearly. */
 #include "runtime/plan_cache.h"
+#include "core/rng.h"
 #include "graph/graph_impl.h"
 
 #include <stdlib.h>
@@ -128,12 +129,6 @@ static uint64_t hash_attrs(uint64_t h, const delta_op_attrs *a) {
     return hd(h, a->count);
 }
 
-/* SplitMix64's finalizer, so that nearby programs spread over all bits. */
-static inline uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 uint64_t delta_program_key(const delta_ctx *ctx) {
     uint64_t h = XX_SEED;
@@ -160,5 +155,5 @@ uint64_t delta_program_key(const delta_ctx *ctx) {
         h = h64(h, (uint64_t)op->workspace);
         h = hash_attrs(h, &op->a);
     }
-    return mix(h);
+    return delta_mix64(h);
 }
