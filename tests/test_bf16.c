@@ -17,6 +17,7 @@
 #include "core/bf16.h"
 #include "delta/delta.h"
 #include "delta/exec.h"
+#include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "policy_train.h"
 #include "test.h"
@@ -487,6 +488,33 @@ static bool train_losses(const model_case *mc, float *loss) {
     return true;
 }
 
+/* A backend without BF16 kernels (cuda, for now) refuses a BF16 program
+ * when the session is made, with a message naming the backend and a
+ * tensor, never in the middle of a step; with them it is accepted. */
+static void test_backend_without_bf16_refuses(void) {
+    model_case mc = bf16_case(&models[2]);
+    built b;
+    if (!build(&mc, &b)) return;
+    char err[512];
+    delta_backend *be = delta_backend_cpu_new(
+        &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, err,
+        sizeof err);
+    CHECK(be && be->computes_bf16, "the cpu backend computes BF16");
+    delta_status st;
+    delta_session_opts so = {.backend = be};
+    delta_session *s = delta_session_new(b.ctx, &so, &st, err, sizeof err);
+    CHECK(s != NULL, "%s", err);
+    delta_session_free(s);
+    be->computes_bf16 = false; /* as the cuda backend */
+    s = delta_session_new(b.ctx, &so, &st, err, sizeof err);
+    CHECK(s == NULL && st == DELTA_ERR_UNSUPPORTED && strstr(err, "BF16") &&
+              strstr(err, "cpu"),
+          "refused: %s", err);
+    delta_session_free(s);
+    delta_backend_free(be);
+    delta_ctx_free(b.ctx);
+}
+
 static void test_train_models(void) {
     for (int mi = 0; mi < N_MODELS; mi++) {
         model_case f = models[mi], h = bf16_case(&models[mi]);
@@ -610,5 +638,6 @@ int main(void) {
     TEST_RUN(test_train_models);
     TEST_RUN(test_dry_plan_halves);
     TEST_RUN(test_policies_exact);
+    TEST_RUN(test_backend_without_bf16_refuses);
     TEST_MAIN_END();
 }

@@ -120,6 +120,8 @@ struct delta_backend {
     double link_latency_s;
     double device_bytes;  /* 0 = no fixed device size */
     bool has_data;        /* false on sim: buffers hold no data */
+    bool computes_bf16;   /* has kernels for BF16 operands (cpu, sim); a
+                             session refuses a BF16 program elsewhere */
     /* Kept by the wrappers below, read by the runtime: blocking host waits
      * on events not yet complete (delta_backend_sync), the seconds the
      * host spent in them, and the run-ahead throttle's waits apart. */

@@ -136,6 +136,17 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         }
     }
 
+    /* a program the backend has no kernels for: refused before any work */
+    for (int i = 0; i < ctx->n_tensors && !s->b->computes_bf16; i++) {
+        if (ctx->tensors[i]->dtype != DELTA_BF16) continue;
+        *status = DELTA_ERR_UNSUPPORTED;
+        fail(s, err, err_len, "the %s backend has no BF16 kernels yet, and "
+             "tensor '%s' is BF16; train this program in fp32 there, or on "
+             "the cpu or sim backend", delta_backend_name(s->b),
+             ctx->tensors[i]->name);
+        goto fail;
+    }
+
     /* the smallest budget any policy could work in */
     delta_dry_plan dp;
     char perr[256];

@@ -537,6 +537,7 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
     be->base.link_latency_s = be->latency;
     be->base.device_bytes = 0;
     be->base.has_data = true;
+    be->base.computes_bf16 = true;
 
     pthread_mutex_init(&be->mu, NULL);
     pthread_cond_init(&be->done, NULL);

@@ -550,6 +550,7 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
     be->base.link_latency_s = NOMINAL_LATENCY_S;
     be->base.device_bytes = (double)total_b;
     be->base.has_data = true;
+    be->base.computes_bf16 = false;
     /* the clock's origin: the base event at time 0, and the host's wall
      * time just after it completed */
     CK(cudaEventRecord(be->t_base, be->st[DELTA_STREAM_COMPUTE].s));

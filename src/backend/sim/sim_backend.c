@@ -297,5 +297,6 @@ delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
     sb->base.link_latency_s = gpu->link_latency_s;
     sb->base.device_bytes = gpu->memory_bytes;
     sb->base.has_data = false;
+    sb->base.computes_bf16 = true;
     return &sb->base;
 }
