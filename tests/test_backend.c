@@ -37,16 +37,18 @@
 #include "test.h"
 
 /* Sanitizer allocators abort on absurd sizes unless told to return NULL,
- * which is what host_alloc's contract needs. */
+ * which is what host_alloc's contract needs. The sanitizer runtime finds
+ * these hooks in the executable's dynamic symbols: default visibility,
+ * since everything is built -fvisibility=hidden. */
 #if defined(__SANITIZE_THREAD__)
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void) {
+__attribute__((visibility("default"))) const char *__tsan_default_options(void);
+__attribute__((visibility("default"))) const char *__tsan_default_options(void) {
     return "allocator_may_return_null=1";
 }
 #endif
 #if defined(__SANITIZE_ADDRESS__)
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) {
+__attribute__((visibility("default"))) const char *__asan_default_options(void);
+__attribute__((visibility("default"))) const char *__asan_default_options(void) {
     return "allocator_may_return_null=1";
 }
 #endif

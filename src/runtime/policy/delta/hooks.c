@@ -59,6 +59,15 @@ static int delta_hook_choose_victim(void *pp, managed *m, size_t need,
     if (p->guided && swap_outs_in_flight(p, m)) return -1;
     p->online_victims++;
     int v = delta_policy_dtr.choose_victim(p->dtr, m, need, drop);
+    /* a drop whose recomputation needs a large workspace (a convolution's
+     * im2col columns) is left for a swap: it is recomputed inside the op
+     * that needs it, under that op's pinned operands, and there the
+     * workspace may not fit at all (ResNet-18 w8 batch 32 at 25%: delta
+     * failed where capuchin trained) */
+    if (v >= 0 && *drop &&
+        managed_ctx(m)->ops[managed_root(m, v)->producer].workspace >
+            managed_budget(m) / 4)
+        v = -1;
     if (v >= 0) return v;
     int now = managed_cur_op(m);
     if (now < 0) now = 0;
