@@ -116,6 +116,10 @@ typedef struct engine {
     item *ring;
     size_t head, count;               /* under be->mu */
     uint64_t issued, completed;       /* under be->mu */
+    uint64_t want;        /* under be->mu: the lowest completed count a
+                             waiter sleeps for (0: none); `done` is
+                             broadcast only when it is reached, so a host
+                             waiting on op N is not woken by every op */
     span_slot *spans;                 /* by item seq % DELTA_SPAN_HISTORY,
                                          under be->mu */
     pthread_cond_t not_empty, not_full;
@@ -201,6 +205,16 @@ static void run_item(engine *e, item *it) {
     }
 }
 
+/* Sleeps until stream s has completed seq items, telling its engine the
+ * count it waits for (the lowest of all waiters'). Holds be->mu. */
+static void sleep_for(cpu_backend *be, delta_stream s, uint64_t seq) {
+    engine *o = &be->eng[s];
+    while (o->completed < seq) {
+        if (!o->want || seq < o->want) o->want = seq;
+        pthread_cond_wait(&be->done, &be->mu);
+    }
+}
+
 static void *engine_main(void *arg) {
     engine *e = arg;
     cpu_backend *be = e->be;
@@ -220,17 +234,16 @@ static void *engine_main(void *arg) {
         double t0 = now_s();
         if (it.kind != ITEM_WAIT) run_item(e, &it);
         pthread_mutex_lock(&be->mu);
-        if (it.kind == ITEM_WAIT) {
-            const engine *o = &be->eng[it.ev.stream];
-            while (o->completed < it.ev.seq)
-                pthread_cond_wait(&be->done, &be->mu);
-        }
+        if (it.kind == ITEM_WAIT) sleep_for(be, it.ev.stream, it.ev.seq);
         span_slot *sl = &e->spans[seq % DELTA_SPAN_HISTORY];
         sl->t0 = t0;
         sl->t1 = now_s();
         sl->wait = it.kind == ITEM_WAIT;
         e->completed = seq;
-        pthread_cond_broadcast(&be->done);
+        if (e->want && seq >= e->want) {
+            e->want = 0;
+            pthread_cond_broadcast(&be->done);
+        }
     }
     pthread_mutex_unlock(&be->mu);
     return NULL;
@@ -266,8 +279,7 @@ static void check_recorded(const cpu_backend *be, delta_event e) {
 static void drain(cpu_backend *be) {
     pthread_mutex_lock(&be->mu);
     for (int s = 0; s < DELTA_STREAM_COUNT; s++)
-        while (be->eng[s].completed < be->eng[s].issued)
-            pthread_cond_wait(&be->done, &be->mu);
+        sleep_for(be, (delta_stream)s, be->eng[s].issued);
     pthread_mutex_unlock(&be->mu);
 }
 
@@ -277,8 +289,7 @@ static void cpu_sync(void *ctx, delta_event e) {
     cpu_backend *be = ctx;
     pthread_mutex_lock(&be->mu);
     check_recorded(be, e);
-    while (be->eng[e.stream].completed < e.seq)
-        pthread_cond_wait(&be->done, &be->mu);
+    sleep_for(be, e.stream, e.seq);
     pthread_mutex_unlock(&be->mu);
 }
 
