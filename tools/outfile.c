@@ -1,5 +1,6 @@
 /* The tool's output files (see outfile.h). */
 #include "outfile.h"
+#include "core/files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,15 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* "a FIFO", ... for what is not a regular file. */
-static const char *kind_of(mode_t m) {
-    return S_ISDIR(m)    ? "a folder"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISFIFO(m) ? "a FIFO"
-           : S_ISSOCK(m) ? "a socket"
-                         : "not a regular file";
-}
 
 /* err for a non-regular file at path. */
 static void refuse(const char *opt, const char *path, mode_t m, char *err,
@@ -30,7 +22,7 @@ static void refuse(const char *opt, const char *path, mode_t m, char *err,
     else
         snprintf(err, err_len, "%s %s is %s, not a regular file: delta "
                  "writes only regular files (a new one, or one it replaces)",
-                 opt, path, kind_of(m));
+                 opt, path, delta_file_kind(m));
 }
 
 delta_status outfile_check(const char *opt, const char *path, char *err,
@@ -47,7 +39,7 @@ delta_status outfile_check_dir(const char *opt, const char *path, char *err,
     if (stat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return DELTA_OK;
     snprintf(err, err_len, "%s %s is %s, not a folder: give a folder (it "
              "is created when missing)", opt, path,
-             S_ISREG(sb.st_mode) ? "a file" : kind_of(sb.st_mode));
+             S_ISREG(sb.st_mode) ? "a file" : delta_file_kind(sb.st_mode));
     return DELTA_ERR_INVALID_ARG;
 }
 
@@ -76,25 +68,15 @@ FILE *outfile_open(const char *opt, const char *path, const char *mode,
                    char *err, size_t err_len) {
     bool append = mode[0] == 'a';
     if (outfile_check(opt, path, err, err_len) != DELTA_OK) return NULL;
-    /* O_NONBLOCK: a FIFO put there since the check fails to open (no
-     * reader) or is refused below, instead of blocking */
-    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC |
-                            (append ? O_APPEND : 0), 0666);
-    struct stat sb;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        refuse(opt, path, sb.st_mode, err, err_len);
-        close(fd);
-        return NULL;
-    }
-    FILE *f = NULL;
-    if (fd >= 0 && (append || ftruncate(fd, 0) == 0) &&
-        fcntl(fd, F_SETFL, append ? O_APPEND : 0) == 0)
-        f = fdopen(fd, append ? "a" : "w");
-    if (!f) {
+    /* a FIFO put there since the check fails to open (no reader) or is
+     * refused, instead of blocking */
+    mode_t kind = 0;
+    FILE *f = delta_fopen_regular(path, append, &kind);
+    if (!f && kind)
+        refuse(opt, path, kind, err, err_len);
+    else if (!f)
         snprintf(err, err_len, "%s: cannot %s %s: %s", opt,
                  append ? "append to" : "create", path, strerror(errno));
-        if (fd >= 0) close(fd);
-    }
     return f;
 }
 

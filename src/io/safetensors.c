@@ -13,6 +13,7 @@
  * regular file is ever replaced: a device, FIFO, socket or folder at path
  * is refused before anything is written, and a link to a regular file has
  * its target replaced (the link stays). */
+#include "core/files.h"
 #include "delta/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -864,15 +865,6 @@ static bool sync_parent_dir(const char *path) {
     return ok;
 }
 
-/* "a character device", ... for a file type that is not a regular file. */
-static const char *file_kind(mode_t m) {
-    return S_ISDIR(m)    ? "a folder"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISFIFO(m) ? "a FIFO"
-           : S_ISSOCK(m) ? "a socket"
-                         : "not a regular file";
-}
 
 /* The file a save replaces: path itself, or the regular file a link at
  * path leads to (so the link survives the rename). NULL, with err set,
@@ -886,7 +878,7 @@ static char *save_target(const char *path, int *mode, char *err,
     if (!S_ISREG(sb.st_mode)) {
         set_err(err, err_len, "'%s' is %s, not a regular file: a save "
                 "replaces only a regular file or creates a new one; give "
-                "another path", path, file_kind(sb.st_mode));
+                "another path", path, delta_file_kind(sb.st_mode));
         return NULL;
     }
     *mode = (int)(sb.st_mode & 07777);

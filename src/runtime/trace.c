@@ -2,11 +2,9 @@
  * the events are flat and their strings are op and tensor names, which are
  * escaped here; nothing is held in memory between events. */
 #include "delta/trace.h"
+#include "core/files.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,26 +51,17 @@ delta_trace *delta_trace_open(const char *path, char *err, size_t err_len) {
         snprintf(err, err_len, "out of memory opening trace '%s'", path);
         return NULL;
     }
-    /* only a regular file is written: O_NONBLOCK so that a FIFO fails
-     * to open (or is refused below) instead of blocking, and nothing else
-     * (a device, a socket) is truncated or written */
-    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
-    struct stat sb;
-    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
-        snprintf(err, err_len, "cannot write trace '%s': not a regular file",
-                 path);
-        close(fd);
-        free(t);
-        return NULL;
-    }
-    if (fd >= 0 && (ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, 0) != 0 ||
-                    !(t->f = fdopen(fd, "w")))) {
-        close(fd);
-        fd = -1;
-    }
-    if (fd < 0) {
-        snprintf(err, err_len, "cannot write trace '%s': %s", path,
-                 strerror(errno));
+    /* only a regular file is written: a FIFO, a device or a socket at path
+     * is refused, never blocked on nor truncated */
+    mode_t kind = 0;
+    t->f = delta_fopen_regular(path, false, &kind);
+    if (!t->f) {
+        if (kind)
+            snprintf(err, err_len, "cannot write trace '%s': it is %s, not a "
+                     "regular file", path, delta_file_kind(kind));
+        else
+            snprintf(err, err_len, "cannot write trace '%s': %s", path,
+                     strerror(errno));
         free(t);
         return NULL;
     }
