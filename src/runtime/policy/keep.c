@@ -32,17 +32,13 @@ void keep_layout_free(keep_layout *l) {
 
 size_t keep_layout_peak(const keep_layout *l) { return l->peak; }
 
-/* Whether root r lives past the step (the loss, an output read after a
- * run): produced in the step and kept to its end. */
-static bool outlives_step(const delta_ctx *c, const bool *kept, int r) {
-    return kept[r] && c->tensors[r]->producer >= 0;
-}
-
-keep_layout *keep_layout_new(const delta_ctx *c, const bool *kept,
-                             delta_status *status) {
-    int no = c->n_ops, nt = c->n_tensors, end = no ? no - 1 : 0;
+keep_layout *keep_layout_new(const delta_ctx *c, delta_tensor *const *outs,
+                             int n_outs, delta_status *status) {
+    int no = c->n_ops, nt = c->n_tensors;
     *status = DELTA_ERR_NOMEM;
-    int n = delta_dry_plan_trace(c, NULL, 0);
+    /* the dry plan's trace with the same outputs: keep's need is then the
+     * dry plan's peak by construction (--budget 100% fits) */
+    int n = delta_dry_plan_trace_outputs(c, outs, n_outs, NULL, 0);
     if (n < 0) {
         *status = DELTA_ERR_STATE;
         return NULL;
@@ -58,13 +54,9 @@ keep_layout *keep_layout_new(const delta_ctx *c, const bool *kept,
         l->ws_off = calloc((size_t)no + 1, sizeof(size_t));
     }
     if (!l || !db || !pb || !off || !l->root_off || !l->ws_off) goto out;
-    delta_dry_plan_trace(c, db, n);
-    for (int k = 0; k < n; k++) {
-        int last = db[k].last;
-        if (db[k].tensor >= 0 && outlives_step(c, kept, db[k].tensor))
-            last = end;
-        pb[k] = (delta_plan_block){db[k].size, db[k].first, last, -1};
-    }
+    delta_dry_plan_trace_outputs(c, outs, n_outs, db, n);
+    for (int k = 0; k < n; k++)
+        pb[k] = (delta_plan_block){db[k].size, db[k].first, db[k].last, -1};
     delta_plan_stats st = {0};
     *status = n ? delta_plan_place(pb, n, off, &st) : DELTA_OK;
     if (*status != DELTA_OK) goto out;
@@ -87,16 +79,19 @@ out:
 /* ---- the policy ------------------------------------------------------------ */
 
 static void *keep_create(managed *m) {
+    /* the roots produced in the step that stay readable after it (the
+     * session's outputs, the loss) are the persistent ones with a producer */
     const delta_ctx *c = managed_ctx(m);
-    bool *kept = calloc((size_t)c->n_tensors + 1, sizeof(bool));
-    if (!kept) return NULL;
+    delta_tensor **outs = malloc(sizeof *outs * ((size_t)c->n_tensors + 1));
+    if (!outs) return NULL;
+    int n = 0;
     for (int r = 0; r < c->n_tensors; r++) {
         const root_view *v = managed_root(m, r);
-        kept[r] = v && v->persistent;
+        if (v && v->persistent && v->producer >= 0) outs[n++] = c->tensors[r];
     }
     delta_status st;
-    keep_layout *l = keep_layout_new(c, kept, &st);
-    free(kept);
+    keep_layout *l = keep_layout_new(c, outs, n, &st);
+    free(outs);
     return l;
 }
 

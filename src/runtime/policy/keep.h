@@ -7,11 +7,11 @@
 
 typedef struct keep_layout keep_layout;
 
-/* The layout of one step of c: kept[r] marks the roots that stay readable
- * after a run (persistent tensors, the loss, the caller's outputs); those
- * produced in the step live to its end. NULL with *status set on failure. */
-keep_layout *keep_layout_new(const delta_ctx *c, const bool *kept,
-                             delta_status *status);
+/* The layout of one step of c: the dry plan's trace with outs (tensors
+ * produced in the step and read after a run) kept to the step's end,
+ * placed by the lifetime planner. NULL with *status set on failure. */
+keep_layout *keep_layout_new(const delta_ctx *c, delta_tensor *const *outs,
+                             int n_outs, delta_status *status);
 void keep_layout_free(keep_layout *l);
 /* The arena keep needs: the layout's peak address. */
 size_t keep_layout_peak(const keep_layout *l);
