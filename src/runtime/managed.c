@@ -395,8 +395,7 @@ static bool build_accesses(managed *m) {
     return true;
 }
 
-/* Two sizes in words, told apart: exact bytes when both round alike. */
-static void two_sizes(size_t a, size_t b, char *sa, char *sb) {
+void managed_two_sizes(size_t a, size_t b, char *sa, char *sb) {
     delta_format_bytes((double)a, sa, 32);
     delta_format_bytes((double)b, sb, 32);
     if (a != b && !strcmp(sa, sb)) {
@@ -417,7 +416,7 @@ static bool arena_fits(managed *m, const managed_opts *o, delta_status *status,
     }
     if (need <= o->budget) return true;
     char sn[32], sb[32], smin[32];
-    two_sizes(need, o->budget, sn, sb);
+    managed_two_sizes(need, o->budget, sn, sb);
     delta_format_bytes((double)o->min_budget, smin, sizeof smin);
     *status = DELTA_ERR_BUDGET;
     snprintf(err, err_len,

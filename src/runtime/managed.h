@@ -239,6 +239,10 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
 delta_status managed_access(managed *m, int root, void *data, size_t bytes,
                             bool write);
 size_t managed_arena_bytes(const managed *m);
+/* Two byte counts in words (32 chars each), told apart: exact bytes when
+ * both round to the same figure (for refusals that compare a budget with
+ * a need). */
+void managed_two_sizes(size_t a, size_t b, char *sa, char *sb);
 /* True when policy names a managed policy. */
 bool managed_policy_known(const char *policy);
 /* Name of the i-th managed policy, NULL past the last. */

@@ -213,16 +213,21 @@ static delta_event issue_copy(managed *m, delta_stream s, int r, void *dst,
     return c.e;
 }
 
+/* Takes r off the list of swap-outs in flight (issue order kept). */
+static void outgoing_remove(managed *m, int r) {
+    int k = 0;
+    for (int i = 0; i < m->n_outgoing; i++)
+        if (m->outgoing[i] != r) m->outgoing[k++] = m->outgoing[i];
+    m->n_outgoing = k;
+}
+
 /* Gives back the device bytes of r's swap-out (RES_TO_HOST, unpinned):
  * landed (the host saw the copy complete), or ahead of that, tagged with
  * the copy's event so that the next user waits for it on the device. */
 static void release_swap_out(managed *m, int r, bool landed) {
     root_view *v = &m->rv[r];
     DELTA_ASSERT(v->state == RES_TO_HOST && m->pins[r] == 0);
-    int k = 0;
-    for (int i = 0; i < m->n_outgoing; i++)
-        if (m->outgoing[i] != r) m->outgoing[k++] = m->outgoing[i];
-    m->n_outgoing = k;
+    outgoing_remove(m, r);
     pool_give(m, m->off[r], r, landed ? NO_EVENT : m->ev[r]);
     if (m->free_after[r]) {
         m->free_after[r] = false;
@@ -911,10 +916,7 @@ static bool make_output(managed *m, int r, bool recompute, bool *temp) {
     case RES_TO_HOST: { /* written again: after the copy has read it */
         delta_backend_wait(m->b, DELTA_STREAM_COMPUTE, m->ev[r]);
         if (m->cur_issue) m->cur_issue->waited = true;
-        int k = 0;
-        for (int i = 0; i < m->n_outgoing; i++)
-            if (m->outgoing[i] != r) m->outgoing[k++] = m->outgoing[i];
-        m->n_outgoing = k;
+        outgoing_remove(m, r);
         v->state = RES_DEVICE;
         v->host_valid = true;
         return true;

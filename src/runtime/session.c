@@ -51,10 +51,6 @@ void delta_session_free(delta_session *s) {
     free(s);
 }
 
-static const char *fmt_bytes(double b, char *buf) {
-    return delta_format_bytes(b, buf, 32);
-}
-
 /* The dry plan of ctx, taken from the plan cache when a session of the
  * same program made it before (a run whose shapes change comes back to a
  * shape), else built and stored there. */
@@ -157,12 +153,7 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     }
     if (s->budget && s->budget < dp.min_budget_bytes) {
         *status = DELTA_ERR_BUDGET;
-        fmt_bytes((double)s->budget, b1);
-        fmt_bytes((double)dp.min_budget_bytes, b2);
-        if (!strcmp(b1, b2)) { /* too close to tell apart rounded */
-            snprintf(b1, sizeof b1, "%zu B", s->budget);
-            snprintf(b2, sizeof b2, "%zu B", dp.min_budget_bytes);
-        }
+        managed_two_sizes(s->budget, dp.min_budget_bytes, b1, b2);
         fail(s, err, err_len,
              "budget %s is below the minimum %s needed by op %d (%s, %s); "
              "use a budget of %s or more",
