@@ -64,9 +64,10 @@ typedef enum managed_event {
                         demand */
     MEV_FREED,       /* r was freed: past its last use, or a temporary of
                         a recomputation */
-    MEV_LATE,        /* an op needed r and had to wait for it (wait_s:
-                        seconds compute stalled; r was in flight, on the
-                        host, or dropped) */
+    MEV_LATE,        /* an op started late waiting on the device for r's
+                        swap-in (wait_s: seconds compute stalled); told
+                        when the op's time is collected, one op or more
+                        after it was issued */
     MEV_LAYOUT_OVER, /* after a training step that repeated the one
                         before, before end_step: the lifetime planner's
                         placement of the step just run peaks above the
@@ -92,18 +93,20 @@ typedef struct policy_ops {
     void (*before_op)(void *p, managed *m, int op);
     void (*after_op)(void *p, managed *m, int op);
     /* Called when an allocation of `need` bytes does not fit even after
-     * the runtime collected finished copies, compacted the arena and
-     * waited for swap-outs in flight: returns a root in RES_DEVICE,
-     * unpinned, to evict, with *drop true to drop it (droppable roots
-     * only) or false to swap it out (the runtime then waits for the copy);
+     * the runtime freed recomputation temporaries, compacted the arena and
+     * gave back the bytes of swap-outs in flight (the device waits for
+     * their copies): returns a root in RES_DEVICE, unpinned, to evict,
+     * with *drop true to drop it (droppable roots only) or false to swap it
+     * out (its bytes go back at once, tagged with the copy's event);
      * -1 when the policy has nothing to offer (the run fails with a
      * message naming the op). NULL: never anything to offer. */
     int (*choose_victim)(void *p, managed *m, size_t need, bool *drop);
     void (*on_event)(void *p, managed *m, int r, managed_event ev,
                      double wait_s);
-    /* When an allocation is short: true asks choose_victim before waiting
-     * for swap-outs in flight (then waits only if it offers nothing);
-     * false (the default) waits for them first. */
+    /* When an allocation is short: true asks choose_victim before giving
+     * back swap-outs in flight ahead of their landing (a stall on the
+     * device; done only if it offers nothing); false (the default) gives
+     * them back first. */
     bool victims_before_waits;
     /* A policy with a static layout (keep) gives the offset of every
      * device block: key is a root id, or n_roots + op for an op's
@@ -187,8 +190,9 @@ bool managed_replayed(const managed *m);
 
 /* ---- actions ----------------------------------------------------------- */
 /* Starts copying r (RES_DEVICE, unpinned) to the host store on the to-host
- * stream; its device bytes are released once the copy is complete (at the
- * next op boundary or allocation). Immediate when the host copy is already
+ * stream; its device bytes are released where the step's modelled device
+ * timeline has the copy landed, or earlier when an allocation needs them
+ * (tagged with the copy's event). Immediate when the host copy is already
  * valid. false when r is not in a state to swap out or host memory cannot
  * be had (then the run fails). */
 bool managed_swap_out(managed *m, int r);
