@@ -6,7 +6,7 @@
 #      with TF32 off (scripts/bench_cuda_torch.py); goal: keep within 1.3x;
 #   2. overhead per policy at 70, 50 and 30% of keep's peak, beside the
 #      simulator's prediction for the same device preset (SIM_GPU, default
-#      h100-80g) and the same runs; goal: predicted within 15% of measured;
+#      h200-141g) and the same runs; goal: predicted within 15% of measured;
 #   3. the largest batch keep and delta fit in MB_BUDGET (default 8GiB) of
 #      the GPU, and the simulator's answer for the same memory.
 # A cell is the median step over the steps after the first third (delta
@@ -19,7 +19,7 @@ set -u
 bin=${1:-build/delta}
 steps=${STEPS:-12}
 out=${OUT:-build/bench_cuda.md}
-sim_gpu=${SIM_GPU:-h100-80g}
+sim_gpu=${SIM_GPU:-h200-141g}
 policies=${POLICIES:-"delta swap checkpoint dtr capuchin autoswap"}
 budgets=${BUDGETS:-"70% 50% 30%"}
 only=${ONLY:-}

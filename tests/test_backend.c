@@ -523,11 +523,11 @@ static void test_cpu_default_bandwidth(void) {
 
 static void test_sim_presets(void) {
     static const char *names[] = {"v100-16g", "v100-32g", "a100-40g",
-                                  "a100-80g", "h100-80g"};
+                                  "a100-80g", "h100-80g", "h200-141g"};
     int count = 0;
     for (const delta_gpu_preset *p = delta_gpu_presets(); p->name; p++) count++;
-    CHECK(count == 5, "%d presets", count);
-    for (int i = 0; i < 5; i++) {
+    CHECK(count == 6, "%d presets", count);
+    for (int i = 0; i < 6; i++) {
         const delta_gpu_preset *p = delta_gpu_preset_find(names[i]);
         CHECK(p != NULL, "%s", names[i]);
         if (!p) continue;

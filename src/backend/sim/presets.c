@@ -9,6 +9,11 @@
  *    and 2,039 GB/s HBM2e (80 GB).
  *  - H100 SXM5: NVIDIA H100 Tensor Core GPU datasheet (2023): 67 TFLOP/s
  *    fp32, 495 TFLOP/s tf32 dense (989 bf16 dense), 3.35 TB/s HBM3, 80 GB.
+ *  - H200 SXM: NVIDIA H200 Tensor Core GPU datasheet (2024): the H100's
+ *    compute (67 TFLOP/s fp32, 495 tf32 dense, 989 bf16 dense) with 141 GB
+ *    of HBM3e at 4.8 TB/s. The "141 GB" is the usable part of six 24 GiB
+ *    stacks: nvidia-smi shows 143,771 MiB (140.4 GiB) on the lent H200s,
+ *    so 140 GiB is taken here.
  *  - Host link, per direction: PCIe 3/4/5 x16 are 15.75/31.5/63 GB/s raw;
  *    pinned-memory cudaMemcpyAsync reaches about 12/25/50 GB/s (the
  *    effective figures of NVIDIA's bandwidthTest on such hosts, ~80% of
@@ -79,6 +84,11 @@ static const delta_gpu_preset presets[] = {
      .description = "NVIDIA H100 SXM5 80 GB, PCIe 5 x16 host link",
      .memory_bytes = 80 * GIB, .fp32_flops = 67 * T,
      .tensor_flops = 495 * T, .bf16_flops = 989 * T, .hbm_bytes_per_s = 3350 * GB,
+     .link_bytes_per_s = 50 * GB, .link_latency_s = 10 * US, HOST_SIDE},
+    {.name = "h200-141g",
+     .description = "NVIDIA H200 SXM 141 GB, PCIe 5 x16 host link",
+     .memory_bytes = 140 * GIB, .fp32_flops = 67 * T,
+     .tensor_flops = 495 * T, .bf16_flops = 989 * T, .hbm_bytes_per_s = 4800 * GB,
      .link_bytes_per_s = 50 * GB, .link_latency_s = 10 * US, HOST_SIDE},
     {.name = NULL},
 };
