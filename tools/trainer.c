@@ -363,6 +363,9 @@ static delta_status build_shape(trainer *t, int64_t batch, int64_t seq_len,
         if (k == DELTA_KIND_PARAM || k == DELTA_KIND_STATE)
             sh->persist[sh->n_persist++] = x;
     }
+    /* the backend's kernels' workspace before anything is planned (cuda:
+     * timed cuDNN choices), so the plan is the session's */
+    delta_backend_fit_program(t->backend, ctx);
     return DELTA_OK;
 }
 
@@ -432,15 +435,46 @@ static int shape_index(trainer *t, int64_t batch, int64_t seq_len) {
     return t->n_shapes - 1;
 }
 
-static delta_status setup_backend(trainer *t) {
+/* The backend, made before the programs are built so that they are
+ * fitted to its kernels (build_shape). Its budget comes later, from the
+ * plan (set_budget). */
+static delta_status make_backend(trainer *t) {
     train_config *c = &t->cfg;
-    char sub[512], b1[32], b2[32], b3[32];
+    char sub[512];
     const delta_gpu_preset *gpu = NULL;
     if (t->sim) {
         gpu = delta_gpu_preset_find(c->gpu);
         if (!gpu) return fail(t, DELTA_ERR_INVALID_ARG, "unknown GPU '%s'; "
                               "see --gpu help", c->gpu);
     }
+    /* Every backend's options; the registry reads the one it makes.
+     * The cpu link: unthrottled when nothing can be swapped (no budget);
+     * with a budget the backend's default (see delta/backend.h). */
+    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL};
+    delta_cuda_backend_opts cuda = {.device = 0};
+    bool budget = c->budget.kind != BUDGET_UNLIMITED;
+    delta_cpu_backend_opts cpu = {
+        .link_gbps = c->link_set ? c->link_gbps : budget ? -1.0 : 0.0,
+        .link_latency_s = -1, .jitter_seed = (uint64_t)c->device_jitter};
+    delta_status bst;
+    t->backend = delta_backend_new(
+        train_backend(c),
+        &(delta_backend_opts){.cpu = &cpu, .sim = &sim, .cuda = &cuda}, &bst,
+        sub, sizeof sub);
+    /* the backends' messages name them ("cpu backend: ..."); no GPU is
+     * exit 1 (this machine lacks it), a build without CUDA exit 2 (this
+     * build cannot serve the request) */
+    if (!t->backend) return fail(t, bst, "%s", sub);
+    t->gpu = gpu;
+    return DELTA_OK;
+}
+
+/* The budget in bytes (a percentage is of the plan's peak) and the
+ * backend's and budget's lines. */
+static delta_status set_budget(trainer *t) {
+    train_config *c = &t->cfg;
+    char b1[32], b2[32], b3[32];
+    const delta_gpu_preset *gpu = t->gpu;
     switch (c->budget.kind) {
     case BUDGET_UNLIMITED:
         /* A simulated GPU's memory is its limit. */
@@ -452,23 +486,6 @@ static delta_status setup_backend(trainer *t) {
         break;
     case BUDGET_BYTES: t->budget_bytes = c->budget.bytes; break;
     }
-    /* Every backend's options; the registry reads the one it makes.
-     * The cpu link: unthrottled when nothing can be swapped (no budget);
-     * with a budget the backend's default (see delta/backend.h). */
-    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL};
-    delta_cuda_backend_opts cuda = {.device = 0};
-    delta_cpu_backend_opts cpu = {
-        .link_gbps = c->link_set ? c->link_gbps : t->budget_bytes ? -1.0 : 0.0,
-        .link_latency_s = -1, .jitter_seed = (uint64_t)c->device_jitter};
-    delta_status bst;
-    t->backend = delta_backend_new(
-        train_backend(c),
-        &(delta_backend_opts){.cpu = &cpu, .sim = &sim, .cuda = &cuda}, &bst,
-        sub, sizeof sub);
-    /* the backends' messages name them ("cpu backend: ..."); no GPU is
-     * exit 1 (this machine lacks it), a build without CUDA exit 2 (this
-     * build cannot serve the request) */
-    if (!t->backend) return fail(t, bst, "%s", sub);
     double bps = delta_backend_link_bps(t->backend);
     if (t->sim)
         info(t, "backend: sim %s (%s)", gpu->name, gpu->description);
@@ -696,6 +713,13 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     else
         info(t, "data: none (simulated)");
 
+    /* The backend first, so the programs are fitted to its kernels; plan
+     * alone needs none, except on cuda, whose workspaces are its own. */
+    if (!c->plan_only || train_on(c, "cuda")) {
+        st = make_backend(t);
+        if (st != DELTA_OK) return st;
+    }
+
     /* The main shape: the configured batch at the longest length. */
     double t0 = progress_now();
     if (shape_index(t, c->model.batch, c->model.seq_len) < 0)
@@ -740,7 +764,7 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         t->trace = delta_trace_open(c->trace, sub, sizeof sub);
         if (!t->trace) return fail(t, DELTA_ERR_IO, "--trace: %s", sub);
     }
-    st = setup_backend(t);
+    st = set_budget(t);
     if (st != DELTA_OK) return st;
     t0 = progress_now();
     st = open_session(t, 0);

@@ -174,6 +174,7 @@ typedef struct trainer {
     delta_dry_plan plan;        /* of the main shape */
     size_t budget_bytes;        /* 0 = unlimited */
     delta_backend *backend;
+    const delta_gpu_preset *gpu; /* sim: the preset; NULL elsewhere */
     delta_session *session;
     int64_t start_step;         /* steps trained before (from --load) */
     const char *optimizer_name; /* "sgd" or "adamw" */

@@ -144,6 +144,19 @@ DELTA_API double delta_backend_link_bps(const delta_backend *b);
  * GPU's total from cudaMemGetInfo; cpu: 0 = no fixed size). */
 DELTA_API double delta_backend_device_bytes(const delta_backend *b);
 
+/* Fits ctx's ops to b's kernels before the program is planned: where b's
+ * kernel for an op needs more scratch than the graph declared, the op's
+ * workspace grows to it, so the dry plan, the budget and every policy see
+ * it. cuda: each convolution's cuDNN algorithm is chosen by timing, once
+ * per shape and kept in a file between runs (docs/CUDA.md), which blocks
+ * for a moment the first time. A choice depends on the shape alone, never
+ * on the budget. delta_session_new calls it; call it yourself before
+ * delta_dry_plan_build when you plan for this backend. Idempotent; nothing
+ * on cpu and sim. */
+struct delta_ctx;
+DELTA_API void delta_backend_fit_program(delta_backend *b,
+                                         struct delta_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -99,6 +99,10 @@ const char *delta_backend_name(const delta_backend *b) {
     return b && b->name ? b->name : "none";
 }
 
+void delta_backend_fit_program(delta_backend *b, delta_ctx *ctx) {
+    if (b && ctx && b->ops->fit_program) b->ops->fit_program(b->ctx, ctx);
+}
+
 double delta_backend_link_bps(const delta_backend *b) {
     return b ? b->link_bps : 0.0;
 }

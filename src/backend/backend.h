@@ -91,6 +91,10 @@ typedef struct delta_backend_ops {
      * cuda (cuda maps it onto the GPU events' timeline), the virtual host
      * clock on sim. Never blocks. */
     double (*clock)(void *ctx);
+    /* Grows the workspace of g's ops to what this backend's kernels need
+     * (delta_backend_fit_program; cuda: timed cuDNN choices). Before
+     * planning, never in a step; may block. NULL: the declared ones. */
+    void (*fit_program)(void *ctx, delta_ctx *g);
     /* Seconds an op would take (sim: the cost model; cpu: NULL). */
     double (*op_cost)(void *ctx, const delta_op *op);
     /* Drains every stream, then frees everything, the delta_backend

@@ -19,4 +19,23 @@ const char *delta_file_kind(mode_t m);
  * when that is not a regular file. */
 FILE *delta_fopen_regular(const char *path, bool append, mode_t *kind);
 
+/* The permission bits a new file gets from open(..., 0666) under the
+ * current umask (mkstemp makes 0600; a file replaced atomically should
+ * look like one created plainly). */
+mode_t delta_new_file_mode(void);
+
+/* Creates folder path and any missing parents (mode 0755); true when it
+ * exists as a folder afterwards. */
+bool delta_mkdirs(const char *path);
+
+/* Replaces path with len bytes of data atomically: written to a unique
+ * temporary beside it (path.delta-XXXXXX.tmp), fsynced, renamed over it.
+ * A reader sees the old file or the new one, never a part. Refuses (false,
+ * err says what is there) when path exists and is not a regular file;
+ * false with err on any failure, the temporary removed and path untouched.
+ * For small files written whole (caches); checkpoints have their own
+ * writer (src/io/safetensors.c) that streams tensors. */
+bool delta_write_atomic(const char *path, const void *data, size_t len,
+                        char *err, size_t err_len);
+
 #endif

@@ -890,14 +890,6 @@ static char *save_target(const char *path, int *mode, char *err,
     return strdup(path);
 }
 
-/* The permission bits a new file gets from open(..., 0666): mkstemps
- * makes 0600. The umask is read by setting it back at once. */
-static mode_t new_file_mode(void) {
-    mode_t u = umask(022);
-    umask(u);
-    return 0666 & ~u;
-}
-
 /* Creates the unique temporary for path (path.delta-XXXXXX.tmp) in
  * tmp[0..cap); the open descriptor, or -1 with errno set. */
 static int create_temp(const char *path, char *tmp, size_t cap) {
@@ -925,7 +917,7 @@ static const char *write_file(const char *path, char *tmp, size_t tmp_cap,
     int save_no = ++saves_begun;
     int fd = create_temp(path, tmp, tmp_cap);
     if (fd >= 0 &&
-        fchmod(fd, mode >= 0 ? (mode_t)mode : new_file_mode()) != 0) {
+        fchmod(fd, mode >= 0 ? (mode_t)mode : delta_new_file_mode()) != 0) {
         *e = errno;
         close(fd);
         unlink(tmp);

@@ -143,6 +143,10 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         goto fail;
     }
 
+    /* the backend's kernels' workspace (cuda: timed cuDNN choices) before
+     * anything is planned; a no-op when the caller fitted it already */
+    delta_backend_fit_program(o->backend, ctx);
+
     /* the smallest budget any policy could work in */
     delta_dry_plan dp;
     char perr[256];

@@ -600,6 +600,11 @@ static double ck_op_cost(void *ctx, const delta_op *op) {
                                   : -1.0;
 }
 
+static void ck_fit_program(void *ctx, delta_ctx *g) {
+    checker *c = ctx;
+    delta_backend_fit_program(c->inner, g);
+}
+
 /* upload/download are the host's own accesses, ordered after every kernel
  * issued before (the backend contract): the host learns the compute
  * stream's end, then its access is checked against the copy streams. */
@@ -667,6 +672,7 @@ static const delta_backend_ops check_ops = {
     .span = ck_span,
     .event_time = ck_event_time,
     .clock = ck_clock,
+    .fit_program = ck_fit_program,
     .op_cost = ck_op_cost,
     .destroy = ck_destroy,
     .upload = ck_upload,

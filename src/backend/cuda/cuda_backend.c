@@ -40,7 +40,9 @@
  *    the compute stream followed by a wait for it: in order with the
  *    kernels, and complete when they return.
  *  - Convolutions: cuDNN when libcudnn.so.9 can be loaded (cudnn_conv.c),
- *    else im2col + cuBLAS (cu_conv.cu).
+ *    else im2col + cuBLAS (cu_conv.cu). fit_program chooses each
+ *    convolution's cuDNN algorithm by timing before the program is planned
+ *    and grows the op's workspace to what it needs.
  *  - Outside the budget: the CUDA context, the cuBLAS handle with its
  *    fixed workspace (CUBLAS_WS_BYTES, set so cuBLAS never allocates and
  *    stays deterministic) and a small scratch buffer for reductions
@@ -391,7 +393,47 @@ static void cu_destroy(void *ctx) {
     free(be);
 }
 
+/* The convolution dims of a conv op, as cu_conv.cu takes them: x and w
+ * shapes from the inputs (conv2d), dx and w (conv2d_dx), x and dw
+ * (conv2d_dw). */
+static delta_conv_dims conv_dims_of(const delta_ctx *g, const delta_op *op) {
+    const int64_t *xs, *ws;
+    const delta_tensor *in0 = g->tensors[op->in[0]];
+    if (op->type == DELTA_OP_CONV2D) {
+        xs = in0->shape;
+        ws = g->tensors[op->in[1]]->shape;
+    } else if (op->type == DELTA_OP_CONV2D_DX) {
+        xs = g->tensors[op->out[0]]->shape;
+        ws = g->tensors[op->in[1]]->shape;
+    } else {
+        xs = in0->shape;
+        ws = g->tensors[op->out[0]]->shape;
+    }
+    delta_conv_geom c = delta_conv_geom_of(xs, ws, op->a.stride, op->a.pad);
+    return (delta_conv_dims){c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride,
+                             c.pad};
+}
+
+static void cu_fit_program(void *ctx, delta_ctx *g) {
+    cuda_backend *be = ctx;
+    if (!be->dnn) return;
+    for (int i = 0; i < g->n_ops; i++) {
+        delta_op *op = &g->ops[i];
+        if ((op->type != DELTA_OP_CONV2D && op->type != DELTA_OP_CONV2D_DX &&
+             op->type != DELTA_OP_CONV2D_DW) ||
+            g->tensors[op->in[0]]->dtype != DELTA_F32)
+            continue;
+        delta_conv_dims d = conv_dims_of(g, op);
+        op->workspace = delta_cudnn_tune(be->dnn, op->type, &d, op->workspace);
+    }
+    /* a cache that cannot be written costs the next run the timing again,
+     * nothing more: not an error */
+    char why[256];
+    (void)delta_cudnn_save(be->dnn, why, sizeof why);
+}
+
 static const delta_backend_ops cuda_ops = {
+    .fit_program = cu_fit_program,
     .arena_create = cu_arena_create,
     .arena_destroy = cu_arena_destroy,
     .host_alloc = cu_host_alloc,
@@ -527,7 +569,13 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
         cu_destroy(be);
         return NULL;
     }
-    be->dnn = delta_cudnn_open(be->st[DELTA_STREAM_COMPUTE].s, why, sizeof why);
+    struct cudaDeviceProp prop;
+    char model[320] = "unknown GPU";
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        snprintf(model, sizeof model, "%s sm_%d%d", prop.name, prop.major,
+                 prop.minor);
+    be->dnn = delta_cudnn_open(be->st[DELTA_STREAM_COMPUTE].s, model, why,
+                               sizeof why);
     if (be->dnn) {
         size_t v = delta_cudnn_version(be->dnn);
         snprintf(be->conv_path, sizeof be->conv_path, "cuDNN %zu.%zu.%zu",

@@ -48,8 +48,10 @@ typedef struct delta_conv_dims {
 } delta_conv_dims;
 
 /* Loads libcudnn.so.9 and binds a handle to stream; NULL with the reason in
- * why when it cannot be had (or DELTA_CUDNN=0). */
-delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n);
+ * why when it cannot be had (or DELTA_CUDNN=0). device names the GPU model
+ * in the file of timed choices (with cuDNN's version). */
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
+                              char *why, size_t n);
 void delta_cudnn_close(delta_cudnn *d);
 size_t delta_cudnn_version(const delta_cudnn *d);
 /* The convolution of type (CONV2D: a = x, b = w, out = y without bias;
@@ -59,7 +61,15 @@ size_t delta_cudnn_version(const delta_cudnn *d);
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
                       const delta_conv_dims *g, const float *a,
                       const float *b, float *out, void *ws, size_t ws_bytes);
-
+/* Chooses the algorithm for (type, g) by timing, once per shape (kept in
+ * the file of choices), and returns the workspace the op must declare:
+ * the larger of `declared` and what the choice needs. `declared` when
+ * nothing was timed. Blocks the host (it runs convolutions): call it
+ * before planning, never inside a step. */
+size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
+                        const delta_conv_dims *g, size_t declared);
+/* Writes new timed choices to the file; false with err when it cannot. */
+bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n);
 /* ---- per file (grouped as the CPU kernels) -------------------------------- */
 /* cu_matmul.cu */
 void delta_cu_matmul(const delta_cuda_kctx *c, const delta_kargs *k);

@@ -3,20 +3,31 @@
  * without it still runs, on the im2col + cuBLAS path of cu_conv.cu).
  *
  * Only deterministic algorithms, so a recomputed convolution equals the
- * first one bit for bit: for each call the heuristics' list
- * (cudnnGet*Algorithm_v7, a pure function of the shapes, no timing) is
- * walked in its order and the first algorithm that reports
- * CUDNN_DETERMINISTIC, needs no more workspace than the op declared (the
- * arena holds nothing else for it) and does not use tensor cores is taken.
- * Math is CUDNN_FMA_MATH: plain fp32, no TF32, like the cuBLAS calls. When
- * no algorithm qualifies the caller lowers the convolution itself.
+ * first one bit for bit, and only plain fp32 math (CUDNN_FMA_MATH: no
+ * TF32, like the cuBLAS calls).
  *
- * Each answer is kept, per (op type, dims, workspace bytes), and reused:
- * the heuristics query costs far more host time than the convolution's
- * launch (it runs cuDNN's heuristics engine), and ResNet-50 asks it about
- * 160 times a step for some 60 distinct shapes. Being a pure function of
- * that key, the kept answer is the one a new query would give, so nothing
- * a convolution computes changes.
+ * Choosing by timing (delta_cudnn_tune, before a program is planned): for
+ * each convolution shape cuDNN times its algorithms on scratch buffers
+ * (cudnnFind*AlgorithmEx); among the deterministic fp32 ones whose
+ * workspace fits the cap (the op's declared workspace or
+ * DELTA_CUDNN_WORKSPACE_MB, default 128 MiB, whichever is larger) the
+ * fastest is taken, or one needing less workspace when it is within 10%
+ * of the fastest. The op's workspace then grows to what the choice needs,
+ * so the dry plan, the budget and every policy see it; the choice depends
+ * on the shape only, never on the budget, so every policy runs the same
+ * algorithm as keep and stays bit-identical to it. Choices are kept per
+ * (GPU, cuDNN version, shape) in a file (algo_cache.h;
+ * $XDG_CACHE_HOME/delta/cudnn-algos.tsv, or DELTA_CUDNN_CACHE=PATH, "" for
+ * none), so later runs reuse them: the same algorithm, the same bits, no
+ * timing. DELTA_CUDNN_FIND=0 turns timing off.
+ *
+ * Without a timed choice for a shape (timing off, or no memory for its
+ * scratch buffers), cuDNN's heuristics (cudnnGet*Algorithm_v7, a pure
+ * function of the shapes) are walked in their order and the first
+ * qualifying algorithm that fits the op's declared workspace is taken.
+ * Each such answer is kept per (op type, dims, workspace bytes): the query
+ * costs far more host time than the launch. When nothing qualifies the
+ * caller lowers the convolution itself.
  *
  * The legacy convolution API (deprecated in cuDNN 9, still shipped) is
  * used through function pointers looked up with dlsym; <cudnn.h> is only
@@ -24,6 +35,7 @@
  * DELTA_HAVE_CUDNN_H when the toolkit has it; without it this file only
  * says cuDNN is not available). DELTA_CUDNN=0 in the environment turns it
  * off (docs/CUDA.md). */
+#include "backend/algo_cache.h"
 #include "backend/cuda/cuda_kernels.h"
 
 #include <stdio.h>
@@ -47,7 +59,10 @@
     X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                         \
     X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                       \
     X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData)             \
-    X(cudnnConvolutionBackwardFilter)
+    X(cudnnConvolutionBackwardFilter)                                      \
+    X(cudnnFindConvolutionForwardAlgorithmEx)                              \
+    X(cudnnFindConvolutionBackwardDataAlgorithmEx)                         \
+    X(cudnnFindConvolutionBackwardFilterAlgorithmEx)
 
 #define DNN_FIELD(name) __typeof__(name) *f_##name;
 
@@ -63,6 +78,10 @@ typedef struct algo_choice {
 typedef struct delta_cudnn {
     void *lib;
     cudnnHandle_t h;
+    cudaStream_t stream;
+    delta_algo_cache *tuned; /* timed choices: key -> algo, workspace */
+    size_t ws_cap;           /* DELTA_CUDNN_WORKSPACE_MB */
+    bool find;               /* DELTA_CUDNN_FIND != 0 */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
@@ -82,11 +101,13 @@ void delta_cudnn_close(delta_cudnn *d) {
     if (d->xd) d->f_cudnnDestroyTensorDescriptor(d->xd);
     if (d->h) d->f_cudnnDestroy(d->h);
     if (d->lib) dlclose(d->lib);
+    delta_algo_cache_free(d->tuned);
     free(d->choices);
     free(d);
 }
 
-delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n) {
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
+                              char *why, size_t n) {
     const char *env = getenv("DELTA_CUDNN");
     if (env && !strcmp(env, "0")) {
         snprintf(why, n, "DELTA_CUDNN=0");
@@ -133,6 +154,25 @@ delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n) {
         st = d->f_cudnnCreateConvolutionDescriptor(&d->cd);
     if (st != CUDNN_STATUS_SUCCESS) {
         snprintf(why, n, "cuDNN setup failed (status %d)", (int)st);
+        delta_cudnn_close(d);
+        return NULL;
+    }
+    d->stream = stream;
+    const char *mb = getenv("DELTA_CUDNN_WORKSPACE_MB");
+    long cap_mb = mb && *mb ? strtol(mb, NULL, 10) : 128;
+    d->ws_cap = (size_t)(cap_mb > 0 ? cap_mb : 0) << 20;
+    const char *find = getenv("DELTA_CUDNN_FIND");
+    d->find = !(find && !strcmp(find, "0"));
+    /* the cache: one GPU model and cuDNN version per device key */
+    char path[4096], dev[512];
+    const char *cache = getenv("DELTA_CUDNN_CACHE");
+    if (cache) snprintf(path, sizeof path, "%s", cache);
+    else delta_algo_cache_default_path("cudnn-algos.tsv", path, sizeof path);
+    snprintf(dev, sizeof dev, "%s cuDNN %zu", device ? device : "?",
+             d->version);
+    d->tuned = delta_algo_cache_open(path, dev);
+    if (!d->tuned) {
+        snprintf(why, n, "out of host memory");
         delta_cudnn_close(d);
         return NULL;
     }
@@ -240,6 +280,131 @@ static const algo_choice *choose(delta_cudnn *d, delta_op_type type,
     return &d->choices[d->n_choices++];
 }
 
+/* The key of a timed choice: op type, dims and the workspace cap. */
+static void tune_key(delta_op_type type, const delta_conv_dims *g,
+                     size_t cap, char *buf, size_t n) {
+    snprintf(buf, n, "%s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
+             delta_op_type_name(type), (long long)g->n, (long long)g->c,
+             (long long)g->h, (long long)g->w, (long long)g->k,
+             (long long)g->r, (long long)g->s, (long long)g->stride,
+             (long long)g->pad, cap);
+}
+
+/* The timed pick from a Find list (sorted fastest first; same fields in
+ * the three perf structs): among deterministic fp32 algorithms within
+ * cap, the fastest, or the one needing the least workspace among those
+ * within 10% of it. */
+#define PICK_TIMED(perf, got, cap, algo, memory)                           \
+    do {                                                                   \
+        float best_ = -1;                                                  \
+        for (int i_ = 0; i_ < (got); i_++) {                               \
+            if ((perf)[i_].status != CUDNN_STATUS_SUCCESS ||               \
+                (perf)[i_].determinism != CUDNN_DETERMINISTIC ||           \
+                (perf)[i_].memory > (cap) ||                               \
+                !plain_fp32((perf)[i_].mathType))                          \
+                continue;                                                  \
+            if (best_ < 0) best_ = (perf)[i_].time;                        \
+            if ((perf)[i_].time > best_ * 1.10f) break;                    \
+            if (*(algo) < 0 || (perf)[i_].memory < *(memory)) {            \
+                *(algo) = (int)(perf)[i_].algo;                            \
+                *(memory) = (perf)[i_].memory;                             \
+            }                                                              \
+        }                                                                  \
+    } while (0)
+
+/* Times type's algorithms for g (descriptors set) on scratch buffers:
+ * *algo -1 when none qualifies; false when the buffers or the timing could
+ * not be had (then nothing is kept: heuristics decide). */
+static bool time_algos(delta_cudnn *d, delta_op_type type,
+                       const delta_conv_dims *g, size_t cap, int *algo,
+                       size_t *memory) {
+    int64_t p = (g->h + 2 * g->pad - g->r) / g->stride + 1;
+    int64_t q = (g->w + 2 * g->pad - g->s) / g->stride + 1;
+    size_t xb = (size_t)(g->n * g->c * g->h * g->w) * sizeof(float);
+    size_t wb = (size_t)(g->k * g->c * g->r * g->s) * sizeof(float);
+    size_t yb = (size_t)(g->n * g->k * p * q) * sizeof(float);
+    void *x = NULL, *w = NULL, *y = NULL, *ws = NULL;
+    bool ok = cudaMalloc(&x, xb) == cudaSuccess &&
+              cudaMalloc(&w, wb) == cudaSuccess &&
+              cudaMalloc(&y, yb) == cudaSuccess &&
+              (cap == 0 || cudaMalloc(&ws, cap) == cudaSuccess);
+    /* 0x3c3c3c3c is 0.0115: ordinary numbers (zeros can time faster) */
+    ok = ok && cudaMemsetAsync(x, 0x3c, xb, d->stream) == cudaSuccess &&
+         cudaMemsetAsync(w, 0x3c, wb, d->stream) == cudaSuccess &&
+         cudaMemsetAsync(y, 0x3c, yb, d->stream) == cudaSuccess;
+    int got = 0;
+    *algo = -1;
+    *memory = 0;
+    if (ok && type == DELTA_OP_CONV2D) {
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
+        ok = d->f_cudnnFindConvolutionForwardAlgorithmEx(
+                 d->h, d->xd, x, d->wd, w, d->cd, d->yd, y, MAX_ALGOS, &got,
+                 perf, ws, cap) == CUDNN_STATUS_SUCCESS;
+        if (ok) PICK_TIMED(perf, got, cap, algo, memory);
+    } else if (ok && type == DELTA_OP_CONV2D_DX) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
+        ok = d->f_cudnnFindConvolutionBackwardDataAlgorithmEx(
+                 d->h, d->wd, w, d->yd, y, d->cd, d->xd, x, MAX_ALGOS, &got,
+                 perf, ws, cap) == CUDNN_STATUS_SUCCESS;
+        if (ok) PICK_TIMED(perf, got, cap, algo, memory);
+    } else if (ok) {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
+        ok = d->f_cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                 d->h, d->xd, x, d->yd, y, d->cd, d->wd, w, MAX_ALGOS, &got,
+                 perf, ws, cap) == CUDNN_STATUS_SUCCESS;
+        if (ok) PICK_TIMED(perf, got, cap, algo, memory);
+    }
+    (void)cudaStreamSynchronize(d->stream);
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+    cudaFree(ws);
+    (void)cudaGetLastError(); /* a failed cudaMalloc is not an error here */
+    return ok;
+}
+
+size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
+                        const delta_conv_dims *g, size_t declared) {
+    if (!d || !d->find ||
+        (type != DELTA_OP_CONV2D && type != DELTA_OP_CONV2D_DX &&
+         type != DELTA_OP_CONV2D_DW) ||
+        !describe(d, g))
+        return declared;
+    size_t cap = declared > d->ws_cap ? declared : d->ws_cap;
+    char key[256];
+    tune_key(type, g, cap, key, sizeof key);
+    int algo;
+    size_t memory;
+    if (!delta_algo_cache_get(d->tuned, key, &algo, &memory)) {
+        if (!time_algos(d, type, g, cap, &algo, &memory)) return declared;
+        delta_algo_cache_put(d->tuned, key, algo, memory);
+    }
+    return algo >= 0 && memory > declared ? memory : declared;
+}
+
+bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n) {
+    return !d || delta_algo_cache_save(d->tuned, err, n);
+}
+
+/* The timed choice for (type, g) when it fits ws_bytes. It was timed
+ * under cap = max(declared, ws_cap) and the op's workspace became
+ * max(declared, its need), so max(ws_bytes, ws_cap) is that cap again. */
+static bool timed_choice(delta_cudnn *d, delta_op_type type,
+                         const delta_conv_dims *g, size_t ws_bytes,
+                         algo_choice *out) {
+    char key[256];
+    int algo;
+    size_t memory;
+    tune_key(type, g, ws_bytes > d->ws_cap ? ws_bytes : d->ws_cap, key,
+             sizeof key);
+    if (!delta_algo_cache_get(d->tuned, key, &algo, &memory) || algo < 0 ||
+        memory > ws_bytes)
+        return false;
+    *out = (algo_choice){.type = type, .g = *g, .ws_bytes = ws_bytes,
+                         .algo = algo, .memory = memory};
+    return true;
+}
+
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
                       const delta_conv_dims *g, const float *a,
                       const float *b, float *out, void *ws, size_t ws_bytes) {
@@ -249,7 +414,9 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
     if (!d || !describe(d, g)) return false;
     if (!ws) ws_bytes = 0;
     algo_choice tmp;
-    const algo_choice *c = choose(d, type, g, ws_bytes, &tmp);
+    const algo_choice *c = timed_choice(d, type, g, ws_bytes, &tmp)
+                               ? &tmp
+                               : choose(d, type, g, ws_bytes, &tmp);
     if (!c || c->algo < 0) return false;
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t st;
@@ -281,7 +448,8 @@ struct delta_cudnn {
     int unused;
 };
 
-delta_cudnn *delta_cudnn_open(cudaStream_t stream, char *why, size_t n) {
+delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
+                              char *why, size_t n) {
     (void)stream;
     snprintf(why, n, "built without cudnn.h");
     return NULL;
@@ -290,6 +458,15 @@ void delta_cudnn_close(delta_cudnn *d) { (void)d; }
 size_t delta_cudnn_version(const delta_cudnn *d) {
     (void)d;
     return 0;
+}
+size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
+                        const delta_conv_dims *g, size_t declared) {
+    (void)d; (void)type; (void)g;
+    return declared;
+}
+bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n) {
+    (void)d; (void)err; (void)n;
+    return true;
 }
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
                       const delta_conv_dims *g, const float *a,
