@@ -404,9 +404,13 @@ static void print_op_check(const op_check *oc) {
 
 /* Every op of the programs on be against the CPU kernel; same_kernels: be
  * runs the CPU kernels too, so every output must be bit-identical. */
-static void ops_against_cpu(delta_backend *be, bool same_kernels) {
+/* fit: the programs fitted to be first (cuDNN's timed choices, as a
+ * session runs them), else as declared (cuDNN's heuristics within the
+ * CPU's workspace). */
+static void ops_against_cpu(delta_backend *be, bool same_kernels, bool fit) {
     int n;
     delta_ctx **cs = op_programs(&n);
+    for (int p = 0; fit && p < n; p++) delta_backend_fit_program(be, cs[p]);
     op_check oc;
     memset(&oc, 0, sizeof oc);
     test_rng_seed(42);
@@ -435,9 +439,12 @@ static void ops_against_cpu(delta_backend *be, bool same_kernels) {
 static void test_ops_match_cpu(void) {
     NEED_GPU(be);
     const char *path = delta_cuda_conv_path(be);
-    printf("  convolutions on %s\n", path);
-    ops_against_cpu(be, false);
+    printf("  convolutions on %s (timed choices)\n", path);
+    ops_against_cpu(be, false, true);
     if (strncmp(path, "cuDNN", 5)) return;
+    printf("  convolutions on %s (heuristics within the declared "
+           "workspace)\n", path);
+    ops_against_cpu(be, false, false);
     /* and the lowering cuDNN leaves unused: a backend without it */
     setenv("DELTA_CUDNN", "0", 1);
     char err[400];
@@ -448,7 +455,7 @@ static void test_ops_match_cpu(void) {
     printf("  convolutions on %s\n", delta_cuda_conv_path(b2));
     CHECK(strncmp(delta_cuda_conv_path(b2), "cuDNN", 5) != 0,
           "DELTA_CUDNN=0 turns cuDNN off");
-    ops_against_cpu(b2, false);
+    ops_against_cpu(b2, false, true);
     delta_backend_free(b2);
 }
 
@@ -462,6 +469,9 @@ static bool op_chain(const model_case *mc, delta_backend *be, int steps,
     built b;
     char err[256];
     if (!build(mc, &b)) return false;
+    /* the workspaces a session on be would give the ops (cuDNN's timed
+     * choices need their own), so each op runs the session's algorithm */
+    delta_backend_fit_program(be, b.ctx);
     delta_exec *ex = delta_exec_new(b.ctx, NULL, err, sizeof err);
     CHECK(ex != NULL, "%s: %s", mc->label, err);
     if (!ex) { delta_ctx_free(b.ctx); return false; }
@@ -604,7 +614,7 @@ static void test_op_harness_on_cpu(void) {
     delta_backend *be = delta_backend_cpu_new(
         &(delta_cpu_backend_opts){.link_gbps = 0, .link_latency_s = 0}, NULL, 0);
     CHECK(be != NULL, "cpu backend");
-    if (be) ops_against_cpu(be, true);
+    if (be) ops_against_cpu(be, true, false);
     /* and fed a whole CPU run op by op: the same bits again */
     if (be) CHECK(ops_on_training_data(be) == 0, "training data: the same "
                   "kernels differ");
@@ -715,7 +725,7 @@ static void test_policies_exact(void) {
             free(dev);
             host = NULL;
         }
-        size_t base = baseline_peak(mc, &min_budget);
+        size_t base = baseline_peak_on(mc, be, &min_budget);
         for (const char *const *p = delta_session_policies(); *p; p++) {
             if (only && strcmp(only, *p)) continue;
             for (int k = 0; k < N_GPU_PCTS; k++) {
