@@ -226,7 +226,7 @@ TEST_MAKE_VARS := $(foreach v,SANITIZE NO_BLAS NO_OMP DEBUG CC BUILD,$(if $(filt
 test: deps-check
 	@$(MAKE) --no-print-directory $(TEST_RUN_BIN) tool
 	@DELTA_MAKE_VARS='$(TEST_MAKE_VARS)' DELTA_BUILD='$(BUILD)' $(TEST_ENV) tests/run.sh $(TEST_RUN_BIN) \
-	  $(if $(filter thread,$(SANITIZE)),,tests/test_exports.sh tests/test_install.sh)
+	  $(if $(filter thread,$(SANITIZE)),,tests/test_exports.sh tests/test_install.sh tests/test_bench_peers.sh)
 
 test-tsan:
 	@$(MAKE) --no-print-directory test SANITIZE=thread

@@ -15,6 +15,7 @@
 # STEPS (default 12), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
 # MAXBATCH=0 skips part 3; CELLS=DIR keeps the raw cells;
 # PYTHON picks the python whose torch has CUDA (default: python3 on PATH).
+# Last, PyTorch's own memory tools beside delta at its budgets (block below).
 set -u
 bin=${1:-build/delta}
 steps=${STEPS:-12}
@@ -191,4 +192,21 @@ if mb:
         print(f"{labels.get(name, name)}, {'the GPU' if be == 'cuda' else 'the simulator'}:\n")
         print("```\n" + open(os.path.join(tmp, f)).read().strip() + "\n```\n")
 PY
+# What users would pick instead (scripts/bench_cuda_peers.py): PyTorch on the
+# same jobs and GPU with torch.utils.checkpoint per block, and torch.compile at
+# each activation_memory_budget of TORCH_AMB (default 1.0 0.6 0.3 0.1 0.0),
+# each in its own process (TORCH_TIMEOUT s at most, default 900); then, at each
+# of delta's budgets, delta's fastest policy against the fastest PyTorch
+# configuration whose measured peak fits. PEERS=0 skips it.
+if [ "${PEERS:-1}" != 0 ]; then
+    for name in $order; do
+        [ -n "$only" ] && [ "$only" != "$name" ] && continue
+        echo "  $name: pytorch checkpoint and torch.compile" >&2
+        $py "$here/bench_cuda_peers.py" run ${torch_args[$name]} --modes "checkpoint compile" \
+            ${TORCH_AMB:+--amb "$TORCH_AMB"} --timeout "${TORCH_TIMEOUT:-900}" \
+            2>"$tmp/$name.peers.err" | tee "$tmp/$name.peers" | sed 's/^/    /' >&2
+    done
+    $py "$here/bench_cuda_peers.py" report "$tmp" --models "$order" --budgets "$budgets" \
+        --policies "$policies" --only "$only" | tee -a "$out"
+fi
 echo "bench-cuda: written to $out" >&2
