@@ -7,8 +7,10 @@ over `steps` steps after warm-up:
   gpt2 BATCH T     GPT-2 small (12 layers, 768 wide, 12 heads, vocab 50257,
                    dropout 0.1; the model of scripts/bench_train_torch.py,
                    attention written out as delta's), AdamW
+--precision bf16: the forward (and the loss) under
+torch.autocast("cuda", dtype=torch.bfloat16), as delta's --precision bf16.
 Prints "step_s X" and "peak_bytes Y" (torch.cuda.max_memory_allocated).
-Usage: bench_cuda_torch.py resnet50|gpt2 BATCH [T] [STEPS]"""
+Usage: bench_cuda_torch.py resnet50|gpt2 BATCH [T] [STEPS] [--precision fp32|bf16]"""
 import os
 import sys
 import time
@@ -24,6 +26,12 @@ torch.backends.cudnn.allow_tf32 = False
 torch.backends.cudnn.benchmark = True
 dev = torch.device("cuda")
 torch.manual_seed(0)
+PRECISION = "fp32"
+
+
+def autocast():
+    return torch.autocast("cuda", dtype=torch.bfloat16,
+                          enabled=PRECISION == "bf16")
 
 
 def timed(step, n):
@@ -46,7 +54,9 @@ def resnet50(batch):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(m(x), y).backward()
+        with autocast():
+            loss = F.cross_entropy(m(x), y)
+        loss.backward()
         opt.step()
     return step
 
@@ -60,12 +70,21 @@ def gpt2(batch, t):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(m(x).view(-1, v), y.view(-1)).backward()
+        with autocast():
+            loss = F.cross_entropy(m(x).view(-1, v), y.view(-1))
+        loss.backward()
         opt.step()
     return step
 
 
 if __name__ == "__main__":
+    if "--precision" in sys.argv:
+        i = sys.argv.index("--precision")
+        PRECISION = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
+        del sys.argv[i:i + 2]
+    if PRECISION not in ("fp32", "bf16"):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
     if len(sys.argv) < 3 or sys.argv[1] not in ("resnet50", "gpt2"):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
