@@ -29,10 +29,12 @@
  * batch entries a stride apart), never the alignment of where a tensor
  * happens to lie, so a policy that places a tensor elsewhere runs the same
  * algorithm as keep and gets the same bits. Split-K reductions are allowed
- * only in the compute type (fp32, in cuBLAS's fixed workspace, reduced in
- * a separate deterministic step), never in the BF16 output type, so no
- * partial sum is rounded to BF16 (cuBLASLt has no atomics mode; its
- * reductions in the workspace are deterministic, docs/CUDA.md). */
+ * only in the compute type (fp32 partial sums in cuBLAS's fixed workspace,
+ * added in a separate step), never in the BF16 output type, so no partial
+ * sum is rounded to BF16. cuBLAS documents its results as bit-wise
+ * reproducible run to run on one GPU model and toolkit with one stream;
+ * test_cuda runs every op twice and every policy against keep to check it
+ * here. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/kernel_shapes.h"
 #include "core/bf16.h"
