@@ -61,7 +61,7 @@ CUDA_INC := $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard \
 CUDA_LIB := $(patsubst %/libcudart.so,%,$(firstword $(wildcard \
   $(addsuffix /libcudart.so,$(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib \
   /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/$(shell $(CC) -print-multiarch)))))
-CUDA_USABLE := $(if $(filter 0,$(CUDA)),,$(if $(and $(NVCC),$(CUDA_INC),$(CUDA_LIB)),$(call probe,cuda_runtime.h -include cublas_v2.h,-I$(CUDA_INC) -L$(CUDA_LIB) -lcublas -lcudart),))
+CUDA_USABLE := $(if $(filter 0,$(CUDA)),,$(if $(and $(NVCC),$(CUDA_INC),$(CUDA_LIB)),$(call probe,cuda_runtime.h -include cublas_v2.h -include cublasLt.h,-I$(CUDA_INC) -L$(CUDA_LIB) -lcublasLt -lcublas -lcudart),))
 
 # The CUDA backend (docs/CUDA.md): built whenever nvcc and a usable CUDA
 # runtime are found; CUDA=0 leaves it out, CUDA=1 requires it. Sanitizer
@@ -73,7 +73,7 @@ ifeq ($(CUDA),0)
 HAVE_CUDA :=
 else ifeq ($(CUDA_USABLE),)
 ifeq ($(CUDA),1)
-$(error CUDA=1 but no usable CUDA toolkit: nvcc '$(NVCC)', cuda_runtime.h in '$(CUDA_INC)', libcudart.so in '$(CUDA_LIB)' (looked beside nvcc and in /usr/local/cuda; cublas_v2.h and libcublas are needed too))
+$(error CUDA=1 but no usable CUDA toolkit: nvcc '$(NVCC)', cuda_runtime.h in '$(CUDA_INC)', libcudart.so in '$(CUDA_LIB)' (looked beside nvcc and in /usr/local/cuda; cublas_v2.h, cublasLt.h, libcublas and libcublasLt are needed too))
 endif
 HAVE_CUDA :=
 else ifeq ($(SAN_NO_CUDA),yes)
@@ -116,7 +116,7 @@ CFLAGS += -DDELTA_HAVE_CUDA -I$(CUDA_INC)
 ifneq ($(wildcard $(CUDA_INC)/cudnn.h),)
 CFLAGS += -DDELTA_HAVE_CUDNN_H
 endif
-LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublas -lcudart -ldl -lstdc++
+LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lcudart -ldl -lstdc++
 # sm_80 (A100) and sm_90 (H100) machine code, plus sm_90 PTX for newer GPUs
 # (CUDA 13 has no Volta). --fmad=false: no FMA contraction, so pointwise
 # kernels round as the CPU's do.
@@ -132,7 +132,7 @@ endif
 
 mark = $(if $(1),✓,✗)
 ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + libcudart + libcublas))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + cublasLt.h + libcudart + libcublas + libcublasLt))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------

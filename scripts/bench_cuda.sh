@@ -12,7 +12,8 @@
 # A cell is the median step over the steps after the first third (delta
 # tries its modes in its first steps). Writes the tables to OUT (default
 # build/bench_cuda.md), ready for docs/RESULTS.md, and prints them.
-# STEPS (default 12), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
+# PRECISION=bf16 runs both sides in bf16 (delta --precision bf16, PyTorch
+# autocast bf16); STEPS (default 12), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
 # MAXBATCH=0 skips part 3; CELLS=DIR keeps the raw cells;
 # PYTHON picks the python whose torch has CUDA (default: python3 on PATH).
 # Last, PyTorch's own memory tools beside delta at its budgets (block below).
@@ -25,6 +26,11 @@ policies=${POLICIES:-"delta swap checkpoint dtr capuchin autoswap"}
 budgets=${BUDGETS:-"70% 50% 30%"}
 only=${ONLY:-}
 maxbatch=${MAXBATCH:-1}
+export PRECISION=${PRECISION:-fp32}  # the tables' python reads it too
+case $PRECISION in
+fp32|bf16) ;;
+*) echo "bench-cuda: PRECISION is fp32 or bf16, not '$PRECISION'" >&2; exit 2 ;;
+esac
 py=${PYTHON:-python3}  # a python with a CUDA build of torch (Debian's is cpu-only)
 here=$(cd "$(dirname "$0")" && pwd)
 # CELLS=DIR keeps every cell's output there (a run cut short keeps what it
@@ -49,12 +55,12 @@ device=$(nvidia-smi --query-gpu=name,memory.total,driver_version \
 [ -n "$device" ] || device="(nvidia-smi not found)"
 
 declare -A jobs=(
-    [resnet50]="--model resnet50 --image-size 224 --channels 3 --classes 1000 --data synthetic --optimizer sgd"
-    [gpt2]="--model gpt2-small --seq-len 1024 --data synthetic --optimizer adamw"
+    [resnet50]="--model resnet50 --image-size 224 --channels 3 --classes 1000 --data synthetic --optimizer sgd --precision $PRECISION"
+    [gpt2]="--model gpt2-small --seq-len 1024 --data synthetic --optimizer adamw --precision $PRECISION"
 )
 # the batch apart: maxbatch searches it
 declare -A batch=([resnet50]=64 [gpt2]=8)
-declare -A torch_args=([resnet50]="resnet50 ${batch[resnet50]} $steps" [gpt2]="gpt2 ${batch[gpt2]} 1024 $steps")
+declare -A torch_args=([resnet50]="resnet50 ${batch[resnet50]} $steps --precision $PRECISION" [gpt2]="gpt2 ${batch[gpt2]} 1024 $steps --precision $PRECISION")
 order="resnet50 gpt2"
 
 run() { # run NAME BACKEND BUDGET POLICY: one cell into $tmp/NAME.BACKEND.POLICY.BUDGET
@@ -138,7 +144,9 @@ def show(c, keep):
     return f"{c['s'] / keep:.2f}x"
 
 print(f"## delta on {device}\n")
-print(f"delta's cuda backend against PyTorch (fp32, TF32 off) on the same GPU, "
+prec = ("bf16 (delta --precision bf16, PyTorch autocast bf16)"
+        if os.environ.get("PRECISION") == "bf16" else "fp32, TF32 off")
+print(f"delta's cuda backend against PyTorch ({prec}) on the same GPU, "
       f"and the simulator ({sim_gpu}) predicting the same runs. "
       f"`make bench-cuda`; median step after the first third of the steps.\n")
 print("| model | PyTorch s/step | delta keep s/step | ratio (goal <= 1.3) | delta keep peak | PyTorch peak | sim keep s/step |")

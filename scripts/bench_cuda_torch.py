@@ -33,8 +33,10 @@ reset_peak_memory_stats(). Prints
 or "failed: REASON" and exits 1. On the cpu there are no allocator
 statistics: peak_bytes is the process's resident-set high-water mark over
 the timed steps (VmHWM, reset through /proc/self/clear_refs), a rough proxy.
+--precision bf16: the forward (and the loss) under torch.autocast with
+bfloat16, as delta's --precision bf16 (parameters stay fp32).
 Usage: bench_cuda_torch.py resnet50|gpt2 BATCH [T] [STEPS] [--mode M]
-       [--amb F] [--device cuda|cpu] [size options]"""
+       [--amb F] [--device cuda|cpu] [--precision fp32|bf16] [size options]"""
 import argparse
 import os
 import statistics
@@ -115,7 +117,9 @@ def make_step(a, dev):
     m, x, y, loss, opt = (resnet50 if a.model == "resnet50" else gpt2)(a, dev)
 
     def fwd(x, y):
-        return loss(m(x), y)
+        with torch.autocast(dev.type, dtype=torch.bfloat16,
+                            enabled=a.precision == "bf16"):
+            return loss(m(x), y)
     if a.mode == "compile":
         why = compile_missing()
         if why:
@@ -189,6 +193,7 @@ def parse(argv):
     p.add_argument("--amb", type=float, default=1.0,
                    help="compile: torch._functorch.config.activation_memory_budget")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--layers", type=int, default=12)

@@ -525,10 +525,6 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (c->link_set && train_on(c, "cuda"))
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
-    if (c->model.precision == DELTA_PRECISION_BF16 && train_on(c, "cuda"))
-        return usage_error("--precision bf16: the CUDA backend has no BF16 "
-                           "kernels yet; use --backend cpu or sim, or "
-                           "--precision fp32");
     if (c->device_jitter && !train_on(c, "cpu"))
         return usage_error("--device-jitter delays the cpu backend's "
                            "streams; use it with --backend cpu");

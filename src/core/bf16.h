@@ -1,5 +1,7 @@
 /* bfloat16 <-> float conversions, shared by the CPU kernels, the graph's
- * tests and (header-only, so one definition) any other backend's host code.
+ * tests and (header-only, so one definition) the CUDA kernels, which
+ * compile the same functions for the device so a cast or a rounded output
+ * is the CPU's bit for bit.
  *
  * bf16 is the top half of an IEEE-754 binary32: 1 sign, 8 exponent and 7
  * mantissa bits. Widening is exact (shift left 16). Narrowing rounds to
@@ -22,16 +24,40 @@
 
 typedef uint16_t delta_bf16;
 
-static inline float delta_bf16_to_f32(delta_bf16 h) {
-    uint32_t u = (uint32_t)h << 16;
+#ifdef __CUDACC__
+#define DELTA_BF16_FN static inline __host__ __device__
+#else
+#define DELTA_BF16_FN static inline
+#endif
+
+/* A float's bits and back: memcpy on the host, the intrinsics on the
+ * device (a register move either way). */
+DELTA_BF16_FN uint32_t delta_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+DELTA_BF16_FN float delta_f32_of_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+#endif
 }
 
-static inline delta_bf16 delta_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
+DELTA_BF16_FN float delta_bf16_to_f32(delta_bf16 h) {
+    return delta_f32_of_bits((uint32_t)h << 16);
+}
+
+DELTA_BF16_FN delta_bf16 delta_f32_to_bf16(float f) {
+    uint32_t u = delta_f32_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN: keep the sign, quiet it */
         return (delta_bf16)((u >> 16) | 0x0040u);
     u += 0x7FFFu + ((u >> 16) & 1u);
@@ -40,7 +66,7 @@ static inline delta_bf16 delta_f32_to_bf16(float f) {
 
 /* f rounded to the nearest bf16 and widened back: what a bf16 tensor
  * would hold. */
-static inline float delta_bf16_round(float f) {
+DELTA_BF16_FN float delta_bf16_round(float f) {
     return delta_bf16_to_f32(delta_f32_to_bf16(f));
 }
 

@@ -59,41 +59,52 @@ bool delta_cpu_has_bf16(const delta_kargs *k) {
     return false;
 }
 
-void delta_cpu_run_widened(const delta_kargs *k, delta_kernel_fn fn) {
+void delta_widen_kargs(const delta_kargs *k, delta_widened *w) {
     const delta_op *op = k->op;
-    delta_kargs w = *k;
-    delta_tensor tin[DELTA_MAX_OP_IN], tout[DELTA_MAX_OP_OUT];
     char *p = k->ws;
     DELTA_ASSERTF(p, "widened op %d (%s) has no workspace", op->id, op->name);
-    for (int i = 0; i < op->n_in; i++) {
-        size_t b = delta_widen_bytes_of(k->in_t[i]);
+    w->k = *k;
+    w->op = *op;
+    for (int n = 0; n < op->n_in + op->n_out; n++) {
+        bool in = n < op->n_in;
+        int i = in ? n : n - op->n_in;
+        const delta_tensor *t = in ? k->in_t[i] : k->out_t[i];
+        size_t b = delta_widen_bytes_of(t);
         if (!b) continue;
-        tin[i] = *k->in_t[i];
-        tin[i].dtype = DELTA_F32;
-        tin[i].bytes = (size_t)tin[i].numel * sizeof(float);
-        delta_cpu_bf16_to_f32(k->in[i], (float *)p, tin[i].numel);
-        w.in_t[i] = &tin[i];
-        w.in[i] = p;
-        p += b;
-    }
-    for (int i = 0; i < op->n_out; i++) {
-        size_t b = delta_widen_bytes_of(k->out_t[i]);
-        if (!b) continue;
-        tout[i] = *k->out_t[i];
-        tout[i].dtype = DELTA_F32;
-        tout[i].bytes = (size_t)tout[i].numel * sizeof(float);
-        w.out_t[i] = &tout[i];
-        w.out[i] = p;
+        delta_tensor *f = in ? &w->t_in[i] : &w->t_out[i];
+        *f = *t;
+        f->dtype = DELTA_F32;
+        f->bytes = (size_t)f->numel * sizeof(float);
+        if (in) {
+            w->k.in_t[i] = f;
+            w->k.in[i] = p;
+        } else {
+            w->k.out_t[i] = f;
+            w->k.out[i] = p;
+        }
         p += b;
     }
     size_t used = (size_t)(p - (char *)k->ws);
     DELTA_ASSERTF(used <= op->workspace, "op %d: %zu widening bytes, %zu "
                   "declared", op->id, used, op->workspace);
-    w.ws = op->workspace > used ? p : NULL;
-    fn(&w);
-    for (int i = 0; i < op->n_out; i++)
-        if (w.out[i] != k->out[i])
-            delta_cpu_f32_to_bf16(w.out[i], k->out[i], k->out_t[i]->numel);
+    /* a convolution sizes its blocks by op->workspace: it must see only
+     * what follows the copies */
+    w->op.workspace = op->workspace - used;
+    w->k.op = &w->op;
+    w->k.ws = w->op.workspace ? p : NULL;
+}
+
+void delta_cpu_run_widened(const delta_kargs *k, delta_kernel_fn fn) {
+    delta_widened w;
+    delta_widen_kargs(k, &w);
+    for (int i = 0; i < k->op->n_in; i++)
+        if (w.k.in[i] != k->in[i])
+            delta_cpu_bf16_to_f32(k->in[i], (float *)w.k.in[i],
+                                  k->in_t[i]->numel);
+    fn(&w.k);
+    for (int i = 0; i < k->op->n_out; i++)
+        if (w.k.out[i] != k->out[i])
+            delta_cpu_f32_to_bf16(w.k.out[i], k->out[i], k->out_t[i]->numel);
 }
 
 /* ---- GEMM ------------------------------------------------------------------ */

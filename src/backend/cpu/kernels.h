@@ -122,9 +122,21 @@ void delta_cpu_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void delta_cpu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
 /* True when any operand of k is BF16. */
 bool delta_cpu_has_bf16(const delta_kargs *k);
+/* k as its fp32 kernel sees it when widened (delta_op_widens_bf16 ops):
+ * each BF16 operand becomes an F32 record whose data is its fp32 copy's
+ * place at the start of k->ws (delta_widen_bytes_of each, inputs then
+ * outputs, as cost.c declares them), and the op's workspace is what
+ * follows (w->op: k->op with the copies' bytes taken off). Converts
+ * nothing; w points into itself, so it is filled in place. Shared by the
+ * CPU's and the CUDA backend's widening. */
+typedef struct delta_widened {
+    delta_kargs k;
+    delta_op op;
+    delta_tensor t_in[DELTA_MAX_OP_IN], t_out[DELTA_MAX_OP_OUT];
+} delta_widened;
+void delta_widen_kargs(const delta_kargs *k, delta_widened *w);
 /* Runs fp32 kernel fn on fp32 copies of k's BF16 operands, made in k->ws
- * (delta_op_widens_bf16 ops; the copies' layout is delta_widen_bytes_of's),
- * and rounds its BF16 outputs. */
+ * (delta_widen_kargs), and rounds its BF16 outputs. */
 void delta_cpu_run_widened(const delta_kargs *k, delta_kernel_fn fn);
 /* BF16 C (M x N, row stride ldc) = round(alpha op(A) op(B) [+ bias]) with
  * BF16 A and B, products summed in fp32 by delta_gemm over blocks widened

@@ -48,7 +48,7 @@ static const cu_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     delta_cu_bn_running_update, /* BN_RUNNING_UPDATE */
     delta_cu_sgd_update,        /* SGD_UPDATE */
     delta_cu_adamw_update,      /* ADAMW_UPDATE */
-    NULL,                       /* CAST: no BF16 kernels yet (below) */
+    delta_cu_cast,              /* CAST */
 };
 
 /* The table follows the enum: these pin a few entries so that a new op
@@ -58,25 +58,31 @@ static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
                   DELTA_OP_ADAMW_UPDATE == 41 && DELTA_OP_CAST == 42,
               "delta_op_type changed order: update the CUDA dispatch table");
 
-/* The CUDA kernels compute F32 (and I32 indices) only: BF16 programs
- * (mixed precision, issue 17) are refused by the tool before a session is
- * made (--precision bf16 --backend cuda), and an op that gets here with a
- * BF16 operand anyway stops with this message rather than computing
- * garbage. */
+/* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes, as
+ * on the CPU (src/backend/cpu/dispatch.c), to its native BF16 kernel where
+ * the type has one (matmul and linear on the tensor cores; the cast is in
+ * the table), else through the widening wrapper where
+ * delta_op_widens_bf16 says so, and stops otherwise rather than compute
+ * on the wrong element size. */
 void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
     DELTA_ASSERT((unsigned)k->op->type < DELTA_OP_TYPE_COUNT);
-    for (int i = 0; i < k->op->n_in; i++)
-        DELTA_ASSERTF(!k->in_t[i] || k->in_t[i]->dtype != DELTA_BF16,
-                      "op %d (%s) has a BF16 input: the CUDA backend has no "
-                      "BF16 kernels yet; use --precision fp32",
-                      k->op->id, k->op->name);
-    for (int i = 0; i < k->op->n_out; i++)
-        DELTA_ASSERTF(k->out_t[i]->dtype != DELTA_BF16,
-                      "op %d (%s) has a BF16 output: the CUDA backend has no "
-                      "BF16 kernels yet; use --precision fp32",
-                      k->op->id, k->op->name);
     cu_kernel_fn fn = kernels[k->op->type];
-    if (fn) fn(c, k);
+    if (!fn) return;
+    if (k->op->type != DELTA_OP_CAST && delta_cpu_has_bf16(k)) {
+        if (k->op->type == DELTA_OP_MATMUL) {
+            fn = delta_cu_matmul_bf16;
+        } else if (k->op->type == DELTA_OP_LINEAR) {
+            fn = delta_cu_linear_bf16;
+        } else {
+            DELTA_ASSERTF(delta_op_widens_bf16(k->op->type),
+                          "op %d (%s, %s) has a BF16 operand and no BF16 "
+                          "route on the CUDA backend", k->op->id, k->op->name,
+                          delta_op_type_name(k->op->type));
+            delta_cu_run_widened(c, k, fn);
+            return;
+        }
+    }
+    fn(c, k);
 }
 
 /* cudaMemcpy may not overlap: an overlapping move goes in pieces of at

@@ -43,9 +43,11 @@
  *    else im2col + cuBLAS (cu_conv.cu). fit_program chooses each
  *    convolution's cuDNN algorithm by timing before the program is planned
  *    and grows the op's workspace to what it needs.
- *  - Outside the budget: the CUDA context, the cuBLAS handle with its
- *    fixed workspace (CUBLAS_WS_BYTES, set so cuBLAS never allocates and
- *    stays deterministic) and a small scratch buffer for reductions
+ *  - BF16 (mixed precision): matmul and linear on the tensor cores through
+ *    cuBLASLt, other ops on fp32 copies in their workspace (cu_bf16.cu).
+ *  - Outside the budget: the CUDA context, the cuBLAS and cuBLASLt handles
+ *    with their shared fixed workspace (CUBLAS_WS_BYTES, set so cuBLAS
+ *    never allocates and stays deterministic) and a small scratch buffer for reductions
  *    (DELTA_CUDA_SCRATCH_BYTES); the arena is the only memory tensors use.
  *
  * CUDA errors inside a step (an illegal address, a lost device) are not
@@ -87,6 +89,7 @@ typedef struct cuda_backend {
     int device;
     cstream st[DELTA_STREAM_COUNT];
     cublasHandle_t blas;
+    cublasLtHandle_t lt;   /* the BF16 GEMMs */
     delta_cudnn *dnn;      /* NULL: convolutions on im2col + cuBLAS */
     char conv_path[320];   /* what convolutions run on, for the CLI */
     void *blas_ws, *scratch;
@@ -374,6 +377,7 @@ static void cu_destroy(void *ctx) {
     if (be->arena) cudaFree(be->arena);
     delta_cudnn_close(be->dnn);
     if (be->blas) cublasDestroy(be->blas);
+    if (be->lt) cublasLtDestroy(be->lt);
     if (be->blas_ws) cudaFree(be->blas_ws);
     if (be->scratch) cudaFree(be->scratch);
     if (be->t_base) cudaEventDestroy(be->t_base);
@@ -414,17 +418,33 @@ static delta_conv_dims conv_dims_of(const delta_ctx *g, const delta_op *op) {
                              c.pad};
 }
 
+/* Bytes of fp32 copies a BF16 op's widening puts first in its workspace
+ * (cu_bf16.cu; 0 for an F32 op). */
+static size_t widen_bytes(const delta_ctx *g, const delta_op *op) {
+    size_t b = 0;
+    for (int i = 0; i < op->n_in; i++)
+        b += delta_widen_bytes_of(g->tensors[op->in[i]]);
+    for (int i = 0; i < op->n_out; i++)
+        b += delta_widen_bytes_of(g->tensors[op->out[i]]);
+    return b;
+}
+
 static void cu_fit_program(void *ctx, delta_ctx *g) {
     cuda_backend *be = ctx;
     if (!be->dnn) return;
     for (int i = 0; i < g->n_ops; i++) {
         delta_op *op = &g->ops[i];
-        if ((op->type != DELTA_OP_CONV2D && op->type != DELTA_OP_CONV2D_DX &&
-             op->type != DELTA_OP_CONV2D_DW) ||
-            g->tensors[op->in[0]]->dtype != DELTA_F32)
+        if (op->type != DELTA_OP_CONV2D && op->type != DELTA_OP_CONV2D_DX &&
+            op->type != DELTA_OP_CONV2D_DW)
             continue;
+        /* a BF16 convolution is the fp32 one on copies at the start of its
+         * workspace: the rest is the fp32 convolution's, and that is what
+         * the timed choice fits and grows */
+        size_t copies = widen_bytes(g, op);
+        DELTA_ASSERT(copies <= op->workspace);
         delta_conv_dims d = conv_dims_of(g, op);
-        op->workspace = delta_cudnn_tune(be->dnn, op->type, &d, op->workspace);
+        op->workspace = copies + delta_cudnn_tune(be->dnn, op->type, &d,
+                                                  op->workspace - copies);
     }
     /* a cache that cannot be written costs the next run the timing again,
      * nothing more: not an error */
@@ -557,6 +577,7 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
         (e = cudaMalloc(&be->scratch, DELTA_CUDA_SCRATCH_BYTES)) != cudaSuccess)
         goto fail_cuda;
     if (cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtCreate(&be->lt) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(be->blas, be->st[DELTA_STREAM_COMPUTE].s) !=
             CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(be->blas, be->blas_ws, CUBLAS_WS_BYTES) !=
@@ -584,9 +605,14 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
         snprintf(be->conv_path, sizeof be->conv_path,
                  "im2col + cuBLAS (no cuDNN: %s)", why);
     }
-    be->kc = (delta_cuda_kctx){be->st[DELTA_STREAM_COMPUTE].s, be->blas,
-                               be->scratch, DELTA_CUDA_SCRATCH_BYTES,
-                               be->dnn};
+    be->kc = (delta_cuda_kctx){.stream = be->st[DELTA_STREAM_COMPUTE].s,
+                               .blas = be->blas,
+                               .scratch = be->scratch,
+                               .scratch_bytes = DELTA_CUDA_SCRATCH_BYTES,
+                               .dnn = be->dnn,
+                               .lt = be->lt,
+                               .blas_ws = be->blas_ws,
+                               .blas_ws_bytes = CUBLAS_WS_BYTES};
     size_t free_b = 0, total_b = 0;
     step = "cudaMemGetInfo";
     if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) goto fail_cuda;
@@ -598,7 +624,7 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
     be->base.link_latency_s = NOMINAL_LATENCY_S;
     be->base.device_bytes = (double)total_b;
     be->base.has_data = true;
-    be->base.computes_bf16 = false;
+    be->base.computes_bf16 = true; /* cu_bf16.cu */
     /* the clock's origin: the base event at time 0, and the host's wall
      * time just after it completed */
     CK(cudaEventRecord(be->t_base, be->st[DELTA_STREAM_COMPUTE].s));

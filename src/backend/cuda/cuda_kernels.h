@@ -12,6 +12,7 @@
 #define DELTA_CUDA_KERNELS_H
 
 #include <cuda_runtime.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #ifdef __cplusplus
@@ -31,6 +32,9 @@ typedef struct delta_cuda_kctx {
     void *scratch;
     size_t scratch_bytes;
     delta_cudnn *dnn;      /* cuDNN for convolutions, or NULL */
+    cublasLtHandle_t lt;   /* cuBLASLt: the BF16 GEMMs (cu_bf16.cu) */
+    void *blas_ws;         /* cuBLAS's fixed workspace, which the Lt calls */
+    size_t blas_ws_bytes;  /* share (one stream: never at the same time) */
 } delta_cuda_kctx;
 
 #define DELTA_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
@@ -130,6 +134,18 @@ void delta_cu_concat(const delta_cuda_kctx *c, const delta_kargs *k);
 /* cu_optim.cu */
 void delta_cu_sgd_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_adamw_update(const delta_cuda_kctx *c, const delta_kargs *k);
+/* cu_bf16.cu: the cast, and matmul and linear with BF16 operands on the
+ * tensor cores (cuBLASLt, fp32 accumulation) */
+typedef void (*delta_cu_kernel_fn)(const delta_cuda_kctx *c,
+                                   const delta_kargs *k);
+void delta_cu_cast(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_matmul_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_linear_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
+/* Runs fp32 kernel fn on fp32 copies of k's BF16 operands, made at the
+ * start of k->ws (delta_widen_kargs, as on the CPU), with the rest of the
+ * workspace as fn's own, and rounds its BF16 outputs. */
+void delta_cu_run_widened(const delta_cuda_kctx *c, const delta_kargs *k,
+                          delta_cu_kernel_fn fn);
 
 #ifdef __cplusplus
 }
