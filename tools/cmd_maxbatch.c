@@ -293,9 +293,8 @@ static int check_setup(maxbatch *m) {
         if (m->cfg.budget.kind == BUDGET_BYTES) {
             m->device_bytes = m->cfg.budget.bytes;
         } else {
-            const delta_gpu_preset *g = delta_gpu_preset_find(t.cfg.gpu);
-            DELTA_ASSERT(g);
-            m->device_bytes = (size_t)g->memory_bytes;
+            DELTA_ASSERT(t.gpu); /* cpu and cuda need --budget SIZE */
+            m->device_bytes = (size_t)t.gpu->memory_bytes;
         }
     } else {
         fprintf(stderr, "delta maxbatch: %s\n", t.err);

@@ -432,15 +432,31 @@ static int shape_index(trainer *t, int64_t batch, int64_t seq_len) {
     return t->n_shapes - 1;
 }
 
+/* The simulated device (sim only): the description given in memory, the
+ * device file's or the preset's. */
+static delta_status setup_gpu(trainer *t) {
+    const train_config *c = &t->cfg;
+    char sub[512];
+    if (!t->sim) return DELTA_OK;
+    if (c->gpu_device) {
+        t->gpu = c->gpu_device;
+    } else if (c->gpu_file) {
+        t->gpu_loaded = delta_gpu_file_load(c->gpu_file, sub, sizeof sub);
+        if (!t->gpu_loaded)
+            return fail(t, DELTA_ERR_INVALID_ARG, "--gpu-file: %s", sub);
+        t->gpu = t->gpu_loaded;
+    } else {
+        t->gpu = delta_gpu_preset_find(c->gpu);
+        if (!t->gpu) return fail(t, DELTA_ERR_INVALID_ARG, "unknown GPU "
+                                 "'%s'; see --gpu help", c->gpu);
+    }
+    return DELTA_OK;
+}
+
 static delta_status setup_backend(trainer *t) {
     train_config *c = &t->cfg;
     char sub[512], b1[32], b2[32], b3[32];
-    const delta_gpu_preset *gpu = NULL;
-    if (t->sim) {
-        gpu = delta_gpu_preset_find(c->gpu);
-        if (!gpu) return fail(t, DELTA_ERR_INVALID_ARG, "unknown GPU '%s'; "
-                              "see --gpu help", c->gpu);
-    }
+    const delta_gpu_preset *gpu = t->gpu;
     switch (c->budget.kind) {
     case BUDGET_UNLIMITED:
         /* A simulated GPU's memory is its limit. */
@@ -455,7 +471,8 @@ static delta_status setup_backend(trainer *t) {
     /* Every backend's options; the registry reads the one it makes.
      * The cpu link: unthrottled when nothing can be swapped (no budget);
      * with a budget the backend's default (see delta/backend.h). */
-    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL};
+    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL,
+                                  .device = gpu};
     delta_cuda_backend_opts cuda = {.device = 0};
     delta_cpu_backend_opts cpu = {
         .link_gbps = c->link_set ? c->link_gbps : t->budget_bytes ? -1.0 : 0.0,
@@ -649,7 +666,9 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     t->info = c->quiet ? NULL : stderr;
     t->sim = train_on(c, "sim");
     t->result.final_loss = NAN;
-    if (!c->gpu) c->gpu = DEFAULT_GPU;
+    if (!c->gpu)
+        c->gpu = c->gpu_device ? c->gpu_device->name
+                 : c->gpu_file ? c->gpu_file : DEFAULT_GPU;
     /* with a budget, delta decides; without one nothing needs managing */
     if (!c->policy)
         c->policy = c->budget.kind == BUDGET_UNLIMITED ? "keep" : "delta";
@@ -732,7 +751,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
         t->json = json_log_open(c->json, c->resume != NULL, sub, sizeof sub);
         if (!t->json) return fail(t, DELTA_ERR_IO, "%s", sub);
     }
-    if (c->plan_only) return DELTA_OK;
+    st = setup_gpu(t);
+    if (st != DELTA_OK || c->plan_only) return st;
     /* Before the session, which writes into it from its creation on (the
      * persistent tensors' first placement), and so that a bad path is
      * refused before any training. */
@@ -1277,6 +1297,7 @@ void trainer_free(trainer *t) {
         t->trace = NULL;
     }
     delta_backend_free(t->backend);
+    delta_gpu_file_free(t->gpu_loaded); /* after the backend that used it */
     delta_plan_cache_free(t->plans);
     delta_batch_release(&t->batch);
     delta_loader_free(t->loader);
