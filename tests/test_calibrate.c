@@ -356,26 +356,29 @@ static void test_bad_files(void) {
     refused(path, "is not JSON");
     write_text(path, "[1, 2]");
     refused(path, "not a JSON object");
-    write_device(path, "hbm_bytes_per_s", "");
-    refused(path, "field 'hbm_bytes_per_s' is missing");
-    write_device(path, "launch_host_s", "\"launch_host_s\": -1e-6");
-    refused(path, "field 'launch_host_s' is -1e-06");
-    write_device(path, "fp32_flops", "\"fp32_flops\": 0");
-    refused(path, "field 'fp32_flops' is 0: expected a number above 0");
-    write_device(path, "memory_bytes", "\"memory_bytes\": \"lots\"");
-    refused(path, "field 'memory_bytes' is a string");
-    write_device(path, NULL, "\"kernel_s\": -1");
-    refused(path, "'kernel_s'");
-    write_device(path, NULL, "\"efficiency\": {\"gemmm\": [[1, 1]]}");
-    refused(path, "efficiency.gemmm");
-    write_device(path, NULL, "\"efficiency\": {\"gemm\": [[2, 1], [1, 1]]}");
-    refused(path, "efficiency.gemm's sizes must increase");
-    write_device(path, NULL, "\"efficiency\": {\"gemm\": [[1e6, -0.5]]}");
-    refused(path, "efficiency.gemm[0]");
-    write_device(path, NULL, "\"op_factors\": {\"relux\": 2}");
-    refused(path, "op_factors.relux");
-    write_device(path, NULL, "\"op_factors\": {\"relu\": 0}");
-    refused(path, "op_factors.relu");
+    /* the hand-made device with one figure dropped (NULL: none) and a
+     * member added */
+    static const struct { const char *drop, *extra, *needle; } bad[] = {
+        {"hbm_bytes_per_s", "", "field 'hbm_bytes_per_s' is missing"},
+        {"launch_host_s", "\"launch_host_s\": -1e-6",
+         "field 'launch_host_s' is -1e-06"},
+        {"fp32_flops", "\"fp32_flops\": 0",
+         "field 'fp32_flops' is 0: expected a number above 0"},
+        {"memory_bytes", "\"memory_bytes\": \"lots\"",
+         "field 'memory_bytes' is a string"},
+        {NULL, "\"kernel_s\": -1", "'kernel_s'"},
+        {NULL, "\"efficiency\": {\"gemmm\": [[1, 1]]}", "efficiency.gemmm"},
+        {NULL, "\"efficiency\": {\"gemm\": [[2, 1], [1, 1]]}",
+         "efficiency.gemm's sizes must increase"},
+        {NULL, "\"efficiency\": {\"gemm\": [[1e6, -0.5]]}",
+         "efficiency.gemm[0]"},
+        {NULL, "\"op_factors\": {\"relux\": 2}", "op_factors.relux"},
+        {NULL, "\"op_factors\": {\"relu\": 0}", "op_factors.relu"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_device(path, bad[i].drop, bad[i].extra);
+        refused(path, bad[i].needle);
+    }
     write_text(path, "{\"format\": \"safetensors\"}");
     refused(path, "format");
 
