@@ -24,6 +24,12 @@
  *   a copy on a copy stream: latency + bytes / link_bytes_per_s;
  *   a copy on the compute stream (a device-side move): launch +
  *     2 bytes / (hbm * eff_mem) (read and write).
+ * A device description from a file (delta calibrate; device_file.c)
+ * replaces the constants where it gives figures: launch by kernel_s,
+ * eff_compute and eff_mem by curves per kind of op, each op type's time
+ * scaled by its factor, each copy stream at its direction's rate, and a
+ * kernel starting no earlier than kernel_gap_s after the one before. The
+ * presets give none of these: their costs are the constants'.
  *
  * Clocks: one per stream, and the host's. Every stream is asynchronous to
  * the host, which issues work ahead of the device and only waits for it in
