@@ -408,6 +408,9 @@ static void test_out_not_regular(void) {
                 "--budget", "50%");
     USAGE_FAILS(&res, "calibrate", "give --model NAME", "--quick", "--out",
                 "x.json", "--batch", "4");
+    USAGE_FAILS(&res, "calibrate", "unknown model 'nope'", "--quick", "--out",
+                "x.json", "--model", "nope");
+    CHECK(!strstr(res.err, "calibrating"), "refused before measuring");
 }
 
 int main(int argc, char **argv) {

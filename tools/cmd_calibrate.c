@@ -307,10 +307,32 @@ static double simulate(const train_config *p, const delta_gpu_preset *dev) {
     return cell_run(&c, &r) == DELTA_OK ? r.step_s : -1;
 }
 
+/* Whether every program builds and plans (bad model options exit 2
+ * before anything is measured). */
+static int check_programs(const train_config *prog, int n) {
+    for (int i = 0; i < n; i++) {
+        train_config c = prog[i];
+        c.plan_only = true;
+        c.quiet = true;
+        if (!c.data) c.data = "synthetic";
+        trainer t;
+        delta_status st = trainer_setup(&t, &c);
+        if (st != DELTA_OK)
+            fprintf(stderr, "delta calibrate: %s\n", t.err);
+        trainer_free(&t);
+        if (st != DELTA_OK) return trainer_exit_code(st);
+    }
+    return -1;
+}
+
 int cmd_calibrate(int argc, char **argv) {
     calib_args ca = {0};
     train_config c;
     int rc = parse(&ca, &c, argc, argv);
+    if (rc >= 0) return rc;
+    train_config prog[MAX_PROGRAMS];
+    int n = programs(&c, prog);
+    rc = check_programs(prog, n);
     if (rc >= 0) return rc;
     if (c.threads > 0) delta_cpu_set_threads(c.threads);
 
@@ -348,8 +370,6 @@ int cmd_calibrate(int argc, char **argv) {
         return 1;
     }
 
-    train_config prog[MAX_PROGRAMS];
-    int n = programs(&c, prog);
     double measured[MAX_PROGRAMS], gap[MAX_PROGRAMS], hint = 0;
     char labels[MAX_PROGRAMS][96];
     delta_status st = DELTA_OK;
