@@ -9,8 +9,10 @@
 #      16 on 3x32x32; GPT-2 4x128, T 64, batch 8, as make bench-policies'
 #      cpu grid), each cell run on the cpu for real and on the simulator
 #      with the file (--backend sim --gpu-file): keep with no budget at the
-#      batch and at twice it, and delta, dtr and swap at BUDGETS of keep's
-#      peak;
+#      batch and at twice it, and three policies at BUDGETS of keep's peak:
+#      delta, dtr and swap on GPT-2; delta, capuchin and autoswap on the
+#      ResNet (dtr, swap and checkpoint cannot hold a small ResNet's step in
+#      any of these budgets: docs/POLICIES.md's cpu grid);
 #   3. per cell the measured and the predicted step and the error; for the
 #      policies also the overhead against keep, measured and predicted, and
 #      its error; then "within 20% in X of Y cells" for keep's steps and
@@ -21,15 +23,14 @@
 # cell run at LINK GB/s (--link-bw; default 0.08: 1,000 flops a byte at
 # the ~80 GFLOP/s this 2-core machine's GEMM reaches unloaded).
 # A cell is the median step over the steps after the first third. STEPS
-# (default 12), BUDGETS (default "70% 50% 30%"), POLICIES (default "delta
-# dtr swap"), REPEAT (default 1: cpu cells run that many times, the median
+# (default 12), BUDGETS (default "90% 70% 50%"), POLICIES (every model's
+# instead of its three), REPEAT (default 1: cpu cells run that many times, the median
 # kept), OUT=DIR keeps the cells and the device file (else a temporary
 # folder). Prints the table (and writes it to DIR/fidelity.md with OUT).
 set -u
 bin=${1:-build/delta}
 steps=${STEPS:-12}
-budgets=${BUDGETS:-"70% 50% 30%"}
-policies=${POLICIES:-"delta dtr swap"}
+budgets=${BUDGETS:-"90% 70% 50%"}
 repeat=${REPEAT:-1}
 if [ -n "${OUT:-}" ]; then
     tmp=$OUT
@@ -45,6 +46,8 @@ declare -A jobs=(
     [gpt2]="--model gpt2-tiny --layers 4 --hidden 128 --heads 4 --seq-len 64 --vocab 256 --optimizer adamw --data synthetic"
 )
 declare -A batch=([resnet18]=16 [gpt2]=8)
+declare -A policies=([resnet18]="${POLICIES:-delta capuchin autoswap}"
+                     [gpt2]="${POLICIES:-delta dtr swap}")
 order="resnet18 gpt2"
 
 gbps=${LINK:-0.08}
@@ -78,17 +81,18 @@ for name in $order; do
             cell "$name" "$be" "$b" keep unlimited "$r"
             cell "$name" "$be" $((2 * b)) keep unlimited "$r"
             for bu in $budgets; do
-                for p in $policies; do cell "$name" "$be" "$b" "$p" "$bu" "$r"; done
+                for p in ${policies[$name]}; do cell "$name" "$be" "$b" "$p" "$bu" "$r"; done
             done
         done
     done
 done
 
-python3 - "$tmp" "$order" "$policies" "$budgets" "$gbps" "$(( $(date +%s) - t0 ))" \
-    "${batch[resnet18]}" "${batch[gpt2]}" <<'PY' | tee "$tmp/fidelity.md"
+python3 - "$tmp" "$order" "${policies[resnet18]}" "${policies[gpt2]}" "$budgets" \
+    "$gbps" "$(( $(date +%s) - t0 ))" "${batch[resnet18]}" "${batch[gpt2]}" <<'PY' | tee "$tmp/fidelity.md"
 import glob, json, os, statistics, sys
-tmp, order, policies, budgets, gbps, secs, b_r, b_g = sys.argv[1:9]
-order, policies, budgets = order.split(), policies.split(), budgets.split()
+tmp, order, p_r, p_g, budgets, gbps, secs, b_r, b_g = sys.argv[1:10]
+order, budgets = order.split(), budgets.split()
+policies = {"resnet18": p_r.split(), "gpt2": p_g.split()}
 batch = {"resnet18": int(b_r), "gpt2": int(b_g)}
 labels = {"resnet18": "ResNet-18, width 16, 3x32x32, SGD",
           "gpt2": "GPT-2 4x128, T 64, AdamW"}
@@ -130,7 +134,7 @@ for name in order:
     b = batch[name]
     ref_m, ref_s = cell(name, "cpu", b, "keep", "unlimited"), cell(name, "sim", b, "keep", "unlimited")
     rows = [(b, "keep", "unlimited"), (2 * b, "keep", "unlimited")]
-    rows += [(b, p, bu) for bu in budgets for p in policies]
+    rows += [(b, p, bu) for bu in budgets for p in policies[name]]
     for bb, p, bu in rows:
         m, s = cell(name, "cpu", bb, p, bu), cell(name, "sim", bb, p, bu)
         err = ov = ""
