@@ -3,7 +3,8 @@
  *        host memory; a compute-engine thread runs the kernels and two
  *        copy-engine threads move data to and from a separate host store,
  *        throttled to an emulated link bandwidth.
- *   sim  a virtual GPU (presets below): nothing is computed or allocated;
+ *   sim  a virtual GPU (presets below, or a device file that delta
+ *        calibrate measured: delta/calibrate.h): nothing is computed or allocated;
  *        ops advance a compute clock by a roofline cost model, copies
  *        advance two copy-stream clocks, and issuing either advances a
  *        virtual host clock (launch costs), so a step is host- or
