@@ -24,7 +24,9 @@
 # the ~80 GFLOP/s this 2-core machine's GEMM reaches unloaded).
 # A cell is the median step over the steps after the first third. STEPS
 # (default 12), BUDGETS (default "90% 70% 50%"), POLICIES (every model's
-# instead of its three), REPEAT (default 1: cpu cells run that many times, the median
+# instead of its three), THREADS (the cpu's, default all cores; 1 is
+# steadier on a machine shared with other work: an OpenMP kernel waits for
+# its slowest thread), REPEAT (default 1: cpu cells run that many times, the median
 # kept), OUT=DIR keeps the cells and the device file (else a temporary
 # folder). Prints the table (and writes it to DIR/fidelity.md with OUT).
 set -u
@@ -51,8 +53,10 @@ declare -A policies=([resnet18]="${POLICIES:-delta capuchin autoswap}"
 order="resnet18 gpt2"
 
 gbps=${LINK:-0.08}
+threads=()
+[ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
 echo "bench-sim-fidelity: calibrating the cpu" >&2
-if ! "$bin" calibrate --backend cpu --link-bw "$gbps" --out "$tmp/cpu.json" \
+if ! "$bin" calibrate --backend cpu --link-bw "$gbps" "${threads[@]}" --out "$tmp/cpu.json" \
         >"$tmp/calibrate.txt" 2>"$tmp/calibrate.err"; then
     echo "bench-sim-fidelity: delta calibrate failed:" >&2
     tail -5 "$tmp/calibrate.err" >&2
@@ -62,7 +66,7 @@ fi
 cell() { # cell NAME BACKEND BATCH POLICY BUDGET [ROUND]: one run into $tmp
     local name=$1 be=$2 b=$3 policy=$4 budget=$5 round=${6:-0} extra
     if [ "$be" = sim ]; then extra="--backend sim --gpu-file $tmp/cpu.json"
-    else extra="--backend cpu --link-bw $gbps"; fi
+    else extra="--backend cpu --link-bw $gbps ${threads[*]}"; fi
     local f="$tmp/$name.$be.b$b.$policy.${budget%\%}.r$round"
     echo "  $name $be batch $b $policy $budget" >&2
     # shellcheck disable=SC2086 # the job's options are words
