@@ -21,7 +21,7 @@
 #include "train_args.h"
 #include "trainer.h"
 
-#define DEFAULT_STEPS 5
+#define DEFAULT_STEPS 10
 #define QUICK_STEPS 3
 #define MAX_PROGRAMS 2
 #define MAX_STEPS 50
