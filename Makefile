@@ -153,7 +153,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies test-tsan bench-cuda test-cuda results
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies bench-sim-fidelity test-tsan bench-cuda test-cuda results
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -259,6 +259,13 @@ bench-pool:
 bench-policies:
 	@$(MAKE) --no-print-directory tool
 	@scripts/bench_policies.sh $(BUILD)/delta
+
+# The simulator with the cpu's calibration (delta calibrate) against the cpu
+# itself: keep's steps and the policies' overheads, measured and predicted
+# (scripts/bench_sim_fidelity.sh; a few minutes).
+bench-sim-fidelity:
+	@$(MAKE) --no-print-directory tool
+	@scripts/bench_sim_fidelity.sh $(BUILD)/delta
 
 # On a machine with an NVIDIA GPU: the CUDA tests (they skip themselves,
 # saying why, anywhere else; make test runs them too).

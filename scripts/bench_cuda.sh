@@ -5,8 +5,10 @@
 #      AdamW) step time with keep against PyTorch on the same GPU, both fp32
 #      with TF32 off (scripts/bench_cuda_torch.py); goal: keep within 1.3x;
 #   2. overhead per policy at 70, 50 and 30% of keep's peak, beside the
-#      simulator's prediction for the same device preset (SIM_GPU, default
-#      h200-141g) and the same runs; goal: predicted within 15% of measured;
+#      simulator's prediction for the same runs; goal: predicted within 15%
+#      of measured. The simulator gets this GPU's calibration (`delta
+#      calibrate --backend cuda`, run first, --gpu-file) when it succeeds,
+#      else the preset SIM_GPU (default h200-141g); the tables say which;
 #   3. the largest batch keep and delta fit in MB_BUDGET (default 8GiB) of
 #      the GPU, and the simulator's answer for the same memory.
 # A cell is the median step over the steps after the first third (delta
@@ -54,6 +56,21 @@ device=$(nvidia-smi --query-gpu=name,memory.total,driver_version \
              --format=csv,noheader 2>/dev/null | head -1)
 [ -n "$device" ] || device="(nvidia-smi not found)"
 
+# The simulator's device: this GPU as delta calibrate measures it, else the
+# preset (CALIBRATE=0 skips the calibration)
+sim_dev="--gpu $sim_gpu"
+sim_name="the $sim_gpu preset"
+if [ "${CALIBRATE:-1}" != 0 ]; then
+    echo "  calibrating the GPU (delta calibrate --backend cuda)" >&2
+    if "$bin" calibrate --backend cuda --out "$tmp/h.json" >"$tmp/calibrate.txt" \
+            2>"$tmp/calibrate.err"; then
+        sim_dev="--gpu-file $tmp/h.json"
+        sim_name="this GPU as delta calibrate measured it, --gpu-file"
+    else
+        echo "  calibrate failed ($(tail -1 "$tmp/calibrate.err")); the simulator uses $sim_gpu" >&2
+    fi
+fi
+
 declare -A jobs=(
     [resnet50]="--model resnet50 --image-size 224 --channels 3 --classes 1000 --data synthetic --optimizer sgd --precision $PRECISION"
     [gpt2]="--model gpt2-small --seq-len 1024 --data synthetic --optimizer adamw --precision $PRECISION"
@@ -65,7 +82,7 @@ order="resnet50 gpt2"
 
 run() { # run NAME BACKEND BUDGET POLICY: one cell into $tmp/NAME.BACKEND.POLICY.BUDGET
     local name=$1 be=$2 budget=$3 policy=$4 extra=""
-    [ "$be" = sim ] && extra="--backend sim --gpu $sim_gpu" || extra="--backend cuda"
+    [ "$be" = sim ] && extra="--backend sim $sim_dev" || extra="--backend cuda"
     local cell="$tmp/$name.$be.$policy.$budget"
     echo "  $name $be $policy $budget" >&2
     # keep on the GPU also leaves a trace: where its step goes, per op type
@@ -95,17 +112,20 @@ for name in $order; do
     if [ "$maxbatch" != 0 ] && "$bin" maxbatch --help >/dev/null 2>&1; then
         # probes train for real on the GPU: search a share of it
         # (MB_BUDGET), with the simulator given the same memory
-        for be in "--backend cuda" "--backend sim --gpu $sim_gpu"; do
+        for be in cuda sim; do
             echo "  $name maxbatch $be" >&2
+            dev="--backend cuda"
+            [ "$be" = sim ] && dev="--backend sim $sim_dev"
+            # shellcheck disable=SC2086 # the options are words
             "$bin" maxbatch ${jobs[$name]} \
-                $be --budget "${MB_BUDGET:-8GiB}" --steps "${MB_STEPS:-6}" \
+                $dev --budget "${MB_BUDGET:-8GiB}" --steps "${MB_STEPS:-6}" \
                 --policies keep,delta --quiet \
-                >"$tmp/$name.maxbatch.${be##* }" 2>&1
+                >"$tmp/$name.maxbatch.$be" 2>&1
         done
     fi
 done
 
-$py - "$tmp" "$policies" "$budgets" "$order" "$device" "$sim_gpu" "$only" <<'PY' | tee "$out"
+$py - "$tmp" "$policies" "$budgets" "$order" "$device" "$sim_name" "$only" <<'PY' | tee "$out"
 import json, os, statistics, sys
 tmp, policies, budgets, order, device, sim_gpu, only = sys.argv[1:8]
 policies, budgets, order = policies.split(), budgets.split(), order.split()
@@ -192,6 +212,10 @@ for name in order:
         print(f"\n### {labels[name]}: where keep's step goes on the GPU "
               "(`scripts/trace_ops.py`, the last step)\n")
         print("```\n" + "\n".join(open(f).read().strip().splitlines()[:16]) + "\n```")
+cal = os.path.join(tmp, "calibrate.txt")
+if sim_gpu.startswith("this GPU") and os.path.exists(cal):
+    print("\n### the simulator's device: `delta calibrate --backend cuda` on this GPU\n")
+    print("```\n" + open(cal).read().strip() + "\n```")
 mb = [f for f in sorted(os.listdir(tmp)) if ".maxbatch." in f]
 if mb:
     print("\n### largest batch (`delta maxbatch`, keep and delta), measured and simulated\n")

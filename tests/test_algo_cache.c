@@ -118,7 +118,7 @@ static void test_unwritable(void) {
     CHECK(strstr(err, "a folder"), "%s", err);
     delta_algo_cache_free(c);
 
-    CHECK(!delta_write_atomic("/dev/null", "x", 1, err, sizeof err));
+    CHECK(delta_file_write_atomic("/dev/null", "x", 1, err, sizeof err) != 0);
     CHECK(strstr(err, "character device"), "%s", err);
 }
 
@@ -126,8 +126,9 @@ static void test_unwritable(void) {
 static void test_write_atomic(void) {
     char p[512], err[256];
     path_in("atomic.txt", p, sizeof p);
-    CHECK(delta_write_atomic(p, "first\n", 6, err, sizeof err), "%s", err);
-    CHECK(delta_write_atomic(p, "second!\n", 8, err, sizeof err), "%s", err);
+    CHECK(delta_file_write_atomic(p, "first\n", 6, err, sizeof err) == 0, "%s", err);
+    CHECK(delta_file_write_atomic(p, "second!\n", 8, err, sizeof err) == 0,
+          "%s", err);
     CHECK(file_size(p) == 8);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "ls %s | grep -c delta- >/dev/null", dir);

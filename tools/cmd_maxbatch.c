@@ -57,7 +57,8 @@ static void usage(FILE *f) {
 "  --policies LIST      comma-separated, e.g. keep,delta,dtr (default: every\n"
 "                       policy); --policy P for one\n"
 "  --backend sim --gpu G  a simulated GPU; the device is its memory\n"
-"                       (--budget SIZE overrides it)\n"
+"                       (--budget SIZE overrides it); --gpu-file FILE for\n"
+"                       a device file (delta calibrate) instead of a preset\n"
 "  --backend cpu --budget SIZE  the cpu backend with an emulated device of\n"
 "                       SIZE (e.g. 64MiB)\n"
 "  --backend cuda --budget SIZE  the GPU, with SIZE of its memory as the\n"
@@ -293,9 +294,8 @@ static int check_setup(maxbatch *m) {
         if (m->cfg.budget.kind == BUDGET_BYTES) {
             m->device_bytes = m->cfg.budget.bytes;
         } else {
-            const delta_gpu_preset *g = delta_gpu_preset_find(t.cfg.gpu);
-            DELTA_ASSERT(g);
-            m->device_bytes = (size_t)g->memory_bytes;
+            DELTA_ASSERT(t.gpu); /* cpu and cuda need --budget SIZE */
+            m->device_bytes = (size_t)t.gpu->memory_bytes;
         }
     } else {
         fprintf(stderr, "delta maxbatch: %s\n", t.err);

@@ -75,6 +75,9 @@ static void usage(FILE *f) {
 "                       GPU, device 0; see docs/CUDA.md)\n"
 "  --gpu NAME           sim preset (implies --backend sim; default\n"
 "                       v100-16g); --gpu help lists them\n"
+"  --gpu-file FILE      sim: the device described in FILE instead of a\n"
+"                       preset (implies --backend sim): what delta\n"
+"                       calibrate writes (fields: docs/DEVICE.md)\n"
 "  --budget B           device memory: unlimited (default; on sim the GPU's\n"
 "                       memory), N%% of the unconstrained peak of the dry\n"
 "                       plan, or a size such as 512MiB, 2GB, 1.5GiB, 1048576\n"
@@ -156,7 +159,7 @@ enum {
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
-    OPT_CHECK_STREAMS, OPT_PRECISION,
+    OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION,
 };
 
 static const struct option long_opts[] = {
@@ -189,6 +192,7 @@ static const struct option long_opts[] = {
     {"version", no_argument, NULL, OPT_VERSION},
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"gpu", required_argument, NULL, OPT_GPU},
+    {"gpu-file", required_argument, NULL, OPT_GPU_FILE},
     {"budget", required_argument, NULL, OPT_BUDGET},
     {"policy", required_argument, NULL, OPT_POLICY},
     {"link-bw", required_argument, NULL, OPT_LINK_BW},
@@ -408,6 +412,15 @@ static int parse_args(int argc, char **argv, train_config *c,
             c->gpu = a;
             gpu_set = true;
             break;
+        case OPT_GPU_FILE: {
+            /* read now, so a bad file is refused before any work; the
+             * trainer reads it again where it makes the backend */
+            delta_gpu_preset *g = delta_gpu_file_load(a, err, sizeof err);
+            if (!g) return usage_error("--gpu-file: %s", err);
+            delta_gpu_file_free(g);
+            c->gpu_file = a;
+            break;
+        }
         case OPT_BUDGET:
             if (!parse_budget(opt, a, &c->budget, err, sizeof err))
                 return usage_error("%s", err);
@@ -512,16 +525,20 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (!c->model.name && !(ext && ext->model_optional))
         return usage_error("no model given: use --model NAME (e.g. --model "
                            "resnet18)");
-    if (gpu_set && backend_set && !train_on(c, "sim"))
-        return usage_error("--gpu picks a simulated GPU; it needs --backend "
-                           "sim");
-    if (gpu_set) c->backend = "sim";
+    if (gpu_set && c->gpu_file)
+        return usage_error("--gpu and --gpu-file both name the simulated "
+                           "device; give one of them");
+    if ((gpu_set || c->gpu_file) && backend_set && !train_on(c, "sim"))
+        return usage_error("%s picks a simulated GPU; it needs --backend "
+                           "sim", gpu_set ? "--gpu" : "--gpu-file");
+    if (gpu_set || c->gpu_file) c->backend = "sim";
     if (c->seq_len_max && c->model.seq_len)
         return usage_error("--seq-len-range and --seq-len both set the "
                            "sequence length; give one of them");
     if (c->link_set && train_on(c, "sim"))
         return usage_error("--link-bw sets the cpu backend's link; a "
-                           "simulated GPU has its preset's link");
+                           "simulated GPU has its preset's (or its device "
+                           "file's) link");
     if (c->link_set && train_on(c, "cuda"))
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
@@ -564,7 +581,7 @@ static void plan_usage(FILE *f) {
 static const int plan_ignores[] = {
     OPT_STEPS, OPT_SEED, OPT_LR, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE,
     OPT_DROP_LAST, OPT_THREADS, OPT_SAVE, OPT_LOAD, OPT_BACKEND, OPT_GPU,
-    OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_DEVICE_JITTER, OPT_HOST_MEMORY,
+    OPT_GPU_FILE, OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_DEVICE_JITTER, OPT_HOST_MEMORY,
     OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_CHECK_STREAMS,
 };
 

@@ -20,6 +20,8 @@ static void usage(FILE *f) {
             "             its throughput ('delta maxbatch --help')\n"
             "  bench      grid of models, policies and budgets: tables and\n"
             "             plots ('delta bench --help')\n"
+"  calibrate  measure a backend and write a device file the simulator\n"
+"             takes (--gpu-file; 'delta calibrate --help')\n"
             "\n"
             "options:\n"
             "  -h, --help     show this help\n"
@@ -44,6 +46,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "maxbatch")) return cmd_maxbatch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     fprintf(stderr, "delta: unknown command '%s'; see 'delta --help'\n", cmd);
     return 2;
 }

@@ -435,22 +435,39 @@ static int shape_index(trainer *t, int64_t batch, int64_t seq_len) {
     return t->n_shapes - 1;
 }
 
+/* The simulated device (sim only): the description given in memory, the
+ * device file's or the preset's. */
+static delta_status setup_gpu(trainer *t) {
+    const train_config *c = &t->cfg;
+    char sub[512];
+    if (!t->sim) return DELTA_OK;
+    if (c->gpu_device) {
+        t->gpu = c->gpu_device;
+    } else if (c->gpu_file) {
+        t->gpu_loaded = delta_gpu_file_load(c->gpu_file, sub, sizeof sub);
+        if (!t->gpu_loaded)
+            return fail(t, DELTA_ERR_INVALID_ARG, "--gpu-file: %s", sub);
+        t->gpu = t->gpu_loaded;
+    } else {
+        t->gpu = delta_gpu_preset_find(c->gpu);
+        if (!t->gpu) return fail(t, DELTA_ERR_INVALID_ARG, "unknown GPU "
+                                 "'%s'; see --gpu help", c->gpu);
+    }
+    return DELTA_OK;
+}
+
 /* The backend, made before the programs are built so that they are
  * fitted to its kernels (build_shape). Its budget comes later, from the
  * plan (set_budget). */
 static delta_status make_backend(trainer *t) {
     train_config *c = &t->cfg;
     char sub[512];
-    const delta_gpu_preset *gpu = NULL;
-    if (t->sim) {
-        gpu = delta_gpu_preset_find(c->gpu);
-        if (!gpu) return fail(t, DELTA_ERR_INVALID_ARG, "unknown GPU '%s'; "
-                              "see --gpu help", c->gpu);
-    }
+    const delta_gpu_preset *gpu = t->gpu;
     /* Every backend's options; the registry reads the one it makes.
      * The cpu link: unthrottled when nothing can be swapped (no budget);
      * with a budget the backend's default (see delta/backend.h). */
-    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL};
+    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL,
+                                  .device = gpu};
     delta_cuda_backend_opts cuda = {.device = 0};
     bool budget = c->budget.kind != BUDGET_UNLIMITED;
     delta_cpu_backend_opts cpu = {
@@ -465,7 +482,6 @@ static delta_status make_backend(trainer *t) {
      * exit 1 (this machine lacks it), a build without CUDA exit 2 (this
      * build cannot serve the request) */
     if (!t->backend) return fail(t, bst, "%s", sub);
-    t->gpu = gpu;
     return DELTA_OK;
 }
 
@@ -666,7 +682,9 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     t->info = c->quiet ? NULL : stderr;
     t->sim = train_on(c, "sim");
     t->result.final_loss = NAN;
-    if (!c->gpu) c->gpu = DEFAULT_GPU;
+    if (!c->gpu)
+        c->gpu = c->gpu_device ? c->gpu_device->name
+                 : c->gpu_file ? c->gpu_file : DEFAULT_GPU;
     /* with a budget, delta decides; without one nothing needs managing */
     if (!c->policy)
         c->policy = c->budget.kind == BUDGET_UNLIMITED ? "keep" : "delta";
@@ -715,6 +733,8 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
 
     /* The backend first, so the programs are fitted to its kernels; plan
      * alone needs none, except on cuda, whose workspaces are its own. */
+    st = setup_gpu(t);
+    if (st != DELTA_OK) return st;
     if (!c->plan_only || train_on(c, "cuda")) {
         st = make_backend(t);
         if (st != DELTA_OK) return st;
@@ -1301,6 +1321,7 @@ void trainer_free(trainer *t) {
         t->trace = NULL;
     }
     delta_backend_free(t->backend);
+    delta_gpu_file_free(t->gpu_loaded); /* after the backend that used it */
     delta_plan_cache_free(t->plans);
     delta_batch_release(&t->batch);
     delta_loader_free(t->loader);

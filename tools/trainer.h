@@ -73,7 +73,14 @@ typedef struct train_config {
     /* a name of delta_backend_names() (the library's registry): "cpu",
      * "sim", "cuda"; NULL: "cpu". Read it through train_backend(). */
     const char *backend;
-    const char *gpu;                    /* sim preset; NULL: v100-16g */
+    const char *gpu;                    /* sim preset; NULL: v100-16g (or,
+                                           with gpu_file, its path: the
+                                           name reports show) */
+    const char *gpu_file;               /* sim: a device file (--gpu-file)
+                                           instead of the preset */
+    /* sim: a description in memory instead of either (delta calibrate's
+     * check of its own); not owned */
+    const delta_gpu_preset *gpu_device;
     budget_spec budget;
     const char *policy;                 /* NULL: keep without a budget,
                                            delta with one */
@@ -174,7 +181,8 @@ typedef struct trainer {
     delta_dry_plan plan;        /* of the main shape */
     size_t budget_bytes;        /* 0 = unlimited */
     delta_backend *backend;
-    const delta_gpu_preset *gpu; /* sim: the preset; NULL elsewhere */
+    const delta_gpu_preset *gpu;  /* sim: the device simulated */
+    delta_gpu_preset *gpu_loaded; /* cfg.gpu_file's description (owned) */
     delta_session *session;
     int64_t start_step;         /* steps trained before (from --load) */
     const char *optimizer_name; /* "sgd" or "adamw" */

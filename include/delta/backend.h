@@ -3,7 +3,8 @@
  *        host memory; a compute-engine thread runs the kernels and two
  *        copy-engine threads move data to and from a separate host store,
  *        throttled to an emulated link bandwidth.
- *   sim  a virtual GPU (presets below): nothing is computed or allocated;
+ *   sim  a virtual GPU (presets below, or a device file that delta
+ *        calibrate measured: delta/calibrate.h): nothing is computed or allocated;
  *        ops advance a compute clock by a roofline cost model, copies
  *        advance two copy-stream clocks, and issuing either advances a
  *        virtual host clock (launch costs), so a step is host- or
@@ -17,6 +18,7 @@
 #define DELTA_BACKEND_H
 
 #include "delta/common.h"
+#include "delta/graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,17 +67,51 @@ typedef struct delta_gpu_preset {
     double library_host_s;     /* more per cuBLAS/cuDNN call (GEMM-like ops) */
     double launch_latency_s;   /* issued to running, on an idle GPU */
     double sync_wake_s;        /* a blocked host's wake-up after a wait */
+    /* Measured figures a device file adds (delta calibrate; docs/DEVICE.md,
+     * "Device files"). The presets leave them 0 / NULL, which keeps the
+     * cost model's constants: */
+    double link_to_host_bytes_per_s;   /* 0: link_bytes_per_s */
+    double link_to_device_bytes_per_s; /* 0: link_bytes_per_s */
+    double kernel_s;           /* device time of an empty kernel (its
+                                  shortest run and the gap before the
+                                  next); 0: 5 us */
+    double kernel_gap_s;       /* device idle between a kernel's end and
+                                  the start of the next one already queued,
+                                  in no kernel's span (the cpu backend's
+                                  engine turning around); 0: none */
+    /* efficiency curves per kind of op and factors per op type; NULL: the
+     * constant efficiencies */
+    const struct delta_sim_efficiency *eff;
 } delta_gpu_preset;
 
 /* Presets, NULL-name terminated: v100-16g, v100-32g, a100-40g, a100-80g,
- * h100-80g. */
+ * h100-80g, h200-141g. */
 DELTA_API const delta_gpu_preset *delta_gpu_presets(void);
 /* The preset of that name (case-sensitive), or NULL. */
 DELTA_API const delta_gpu_preset *delta_gpu_preset_find(const char *name);
 
+/* A device description from a JSON file (what delta calibrate writes; the
+ * fields in docs/DEVICE.md, "Device files"): the figures of a preset, each
+ * required and checked (sizes and rates above 0, times at least 0), plus
+ * the optional efficiency curves and per-op-type factors. NULL with a
+ * message in err that names the file and the field when the file cannot
+ * be read, is not JSON or has a field missing, of the wrong type or out of
+ * range. Free it with delta_gpu_file_free (NULL is a no-op). */
+DELTA_API delta_gpu_preset *delta_gpu_file_load(const char *path, char *err,
+                                                size_t err_len);
+DELTA_API void delta_gpu_file_free(delta_gpu_preset *g);
+
+/* Device seconds op i of ctx takes on g by the simulator's cost model
+ * (docs/DEVICE.md, "Cost model"); 0 for a view. */
+DELTA_API double delta_gpu_op_seconds(const delta_gpu_preset *g,
+                                      const delta_ctx *ctx, int op);
+
 typedef struct delta_sim_backend_opts {
     const char *gpu;           /* preset name (NULL: "v100-16g") */
     bool tensor_cores;         /* cost matmul/conv at tensor_flops */
+    /* A description to simulate instead of the preset `gpu` (e.g. from
+     * delta_gpu_file_load); not owned, it must outlive the backend. */
+    const delta_gpu_preset *device;
 } delta_sim_backend_opts;
 
 DELTA_API delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,

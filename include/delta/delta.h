@@ -14,5 +14,6 @@
 #include "delta/pool.h"
 #include "delta/dryplan.h"
 #include "delta/session.h"
+#include "delta/calibrate.h"
 
 #endif

@@ -133,6 +133,11 @@ DELTA_API delta_status delta_session_write(delta_session *s, const delta_tensor 
 DELTA_API delta_status delta_session_read(delta_session *s, const delta_tensor *t,
                                 void *data, size_t bytes);
 
+/* Device seconds op i's kernel took in the last run, from the compute
+ * stream's spans (wall time on cpu, GPU events on cuda, the cost model on
+ * sim); -1 when it did not run or was not timed. A view takes 0. */
+DELTA_API double delta_session_op_seconds(const delta_session *s, int op);
+
 DELTA_API int64_t delta_session_step(const delta_session *s);
 DELTA_API void delta_session_set_step(delta_session *s, int64_t step);
 DELTA_API size_t delta_session_budget(const delta_session *s);

@@ -203,7 +203,8 @@ bool delta_algo_cache_save(delta_algo_cache *c, char *err, size_t err_len) {
             ok = false;
         }
     }
-    if (ok) ok = delta_write_atomic(c->path, t.s ? t.s : "", t.len, err, err_len);
+    if (ok) ok = delta_file_write_atomic(c->path, t.s ? t.s : "", t.len, err,
+                                     err_len) == 0;
     free(t.s);
     if (ok) c->dirty = false;
     return ok;

@@ -284,8 +284,58 @@ long delta_backend_check_violations(const delta_backend *b, const char **msg);
 /* Seconds op takes on gpu by the cost model. */
 double delta_sim_op_seconds(const delta_gpu_preset *gpu, bool tensor_cores,
                             const delta_op *op);
-/* Seconds a host-link copy of bytes takes on gpu. */
+/* Seconds a host-link copy of bytes takes on gpu (at link_bytes_per_s). */
 double delta_sim_copy_seconds(const delta_gpu_preset *gpu, double bytes);
+/* The same on the link's one direction: its own rate where the description
+ * gives one (link_to_host/device_bytes_per_s), else link_bytes_per_s. */
+double delta_sim_copy_seconds_dir(const delta_gpu_preset *gpu, double bytes,
+                                  bool to_host);
+
+/* ---- measured efficiencies (device files: sim/device_file.c) ------------
+ * A description's eff replaces the constant efficiencies above by curves
+ * measured per kind of op, and scales each op type's time by a factor:
+ *   t(op) = factor[type] x (kernel_s + max(flops / (peak x eff_c),
+ *                                          bytes / (hbm x eff_m)))
+ *   eff_c  GEMM-like ops: the curve of their kind at the op's flops (conv
+ *          dx and dw fall back to conv2d's curve, conv2d to gemm's); other
+ *          ops DELTA_SIM_EFF_OTHER
+ *   eff_m  the curve of the op's memory kind (reduction or elementwise;
+ *          GEMM-like ops read elementwise's) at the op's bytes
+ * A kind without a curve keeps its constant, a type without a factor 1. */
+typedef enum delta_sim_kind {
+    DELTA_SIM_KIND_GEMM = 0,    /* matmul, linear: of the GEMM peak, by flops */
+    DELTA_SIM_KIND_CONV2D,      /* conv2d, likewise */
+    DELTA_SIM_KIND_CONV2D_DX,
+    DELTA_SIM_KIND_CONV2D_DW,
+    DELTA_SIM_KIND_ELEMENTWISE, /* streaming ops: of hbm, by bytes */
+    DELTA_SIM_KIND_REDUCTION,   /* sums, softmax, norms, pools to one value */
+    DELTA_SIM_KIND_COUNT
+} delta_sim_kind;
+
+/* Efficiency at a few sizes x (flops for compute kinds, bytes for memory
+ * kinds; increasing): interpolated linearly in log x between points, held
+ * past the ends. n == 0: no curve. */
+#define DELTA_SIM_CURVE_POINTS 16
+typedef struct delta_sim_curve {
+    int n;
+    double x[DELTA_SIM_CURVE_POINTS];
+    double eff[DELTA_SIM_CURVE_POINTS];   /* > 0 */
+} delta_sim_curve;
+
+struct delta_sim_efficiency {
+    delta_sim_curve curve[DELTA_SIM_KIND_COUNT];
+    double op_factor[DELTA_OP_TYPE_COUNT]; /* > 0; 0: none (1) */
+};
+typedef struct delta_sim_efficiency delta_sim_efficiency;
+
+/* "gemm", "conv2d", "conv2d_dx", "conv2d_dw", "elementwise", "reduction". */
+const char *delta_sim_kind_name(delta_sim_kind k);
+/* The curve an op type's compute term reads (GEMM-like types) or its
+ * memory term (the others: elementwise or reduction). */
+delta_sim_kind delta_sim_kind_of(delta_op_type t);
+/* The curve's efficiency at x (see above); c->n must be > 0. */
+double delta_sim_curve_at(const delta_sim_curve *c, double x);
+
 
 /* ---- the cpu backend's default link (cpu_backend.c) ----------------------
  * GEMM speed in FLOP/s at the current thread count (measured once per

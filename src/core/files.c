@@ -3,9 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 #include <unistd.h>
 
 const char *delta_file_kind(mode_t m) {
@@ -46,10 +46,109 @@ FILE *delta_fopen_regular(const char *path, bool append, mode_t *kind) {
     return f;
 }
 
-mode_t delta_new_file_mode(void) {
+/* ---- atomic replacement ---------------------------------------------------- */
+
+char *delta_file_replace_target(const char *path, int *mode, char *err,
+                                size_t err_len) {
+    struct stat sb;
+    *mode = -1;
+    if (stat(path, &sb) != 0) return strdup(path); /* nothing there (yet) */
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, err_len, "'%s' is %s, not a regular file: a save "
+                 "replaces only a regular file or creates a new one; give "
+                 "another path", path, delta_file_kind(sb.st_mode));
+        return NULL;
+    }
+    *mode = (int)(sb.st_mode & 07777);
+    struct stat lb;
+    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real) return real;
+    }
+    return strdup(path);
+}
+
+mode_t delta_file_new_mode(void) {
     mode_t u = umask(022); /* read by setting it back at once */
     umask(u);
     return 0666 & ~u;
+}
+
+int delta_file_create_temp(const char *path, char *tmp, size_t cap) {
+    if ((size_t)snprintf(tmp, cap, "%s.delta-XXXXXX.tmp", path) >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = mkstemps(tmp, 4);
+    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+}
+
+bool delta_file_sync_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    if (!dir) return false;
+    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0) return false;
+    bool ok = fsync(fd) == 0 || errno == EINVAL;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return ok;
+}
+
+int delta_file_write_atomic(const char *path, const void *data, size_t n,
+                            char *err, size_t err_len) {
+    int mode = -1;
+    char *target = delta_file_replace_target(path, &mode, err, err_len);
+    if (!target) return -1;
+    size_t cap = strlen(target) + 32;
+    char *tmp = malloc(cap);
+    const char *what = NULL;
+    int e = 0, fd = -1;
+    if (!tmp) {
+        what = "allocate a name for";
+        e = ENOMEM;
+    } else if ((fd = delta_file_create_temp(target, tmp, cap)) < 0) {
+        what = "create a temporary for";
+        e = errno;
+    } else if (fchmod(fd, mode >= 0 ? (mode_t)mode : delta_file_new_mode())) {
+        what = "set the mode of";
+    } else {
+        const char *p = data;
+        size_t left = n;
+        while (left && !what) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) what = "write";
+            else { p += w; left -= (size_t)w; }
+        }
+        if (!what && fsync(fd) != 0) what = "fsync";
+    }
+    if (what && !e) e = errno;
+    if (fd >= 0 && close(fd) != 0 && !what) {
+        what = "close";
+        e = errno;
+    }
+    if (!what && rename(tmp, target) != 0) {
+        what = "rename a temporary over";
+        e = errno;
+    }
+    if (what && fd >= 0) unlink(tmp);
+    if (what)
+        snprintf(err, err_len, "cannot %s '%s': %s (the previous file, if "
+                 "any, is unchanged)", what, path, strerror(e));
+    else if (!delta_file_sync_dir(target))
+        snprintf(err, err_len, "wrote '%s' but cannot sync its folder: %s "
+                 "(the file may not survive a power cut)", path,
+                 strerror(errno));
+    else if (err_len)
+        err[0] = '\0';
+    bool ok = !what && (!err_len || !err[0]);
+    free(tmp);
+    free(target);
+    return ok ? 0 : -1;
 }
 
 bool delta_mkdirs(const char *path) {
@@ -65,46 +164,4 @@ bool delta_mkdirs(const char *path) {
     (void)mkdir(buf, 0755);
     struct stat sb;
     return stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-bool delta_write_atomic(const char *path, const void *data, size_t len,
-                        char *err, size_t err_len) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        snprintf(err, err_len, "%s is %s, not a regular file: left alone",
-                 path, delta_file_kind(sb.st_mode));
-        return false;
-    }
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.delta-XXXXXX.tmp", path) >=
-        sizeof tmp) {
-        snprintf(err, err_len, "%s: the path is too long", path);
-        return false;
-    }
-    int fd = mkstemps(tmp, 4);
-    if (fd < 0) {
-        snprintf(err, err_len, "cannot create a file beside %s: %s", path,
-                 strerror(errno));
-        return false;
-    }
-    const char *stage = NULL;
-    const char *p = data;
-    size_t left = len;
-    if (fchmod(fd, delta_new_file_mode()) != 0) stage = "set the mode of";
-    while (!stage && left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) stage = "write";
-        else p += w, left -= (size_t)w;
-    }
-    if (!stage && fsync(fd) != 0) stage = "fsync";
-    int e = errno;
-    if (close(fd) != 0 && !stage) stage = "close", e = errno;
-    if (!stage && rename(tmp, path) != 0) stage = "rename", e = errno;
-    if (stage) {
-        unlink(tmp);
-        snprintf(err, err_len, "cannot %s %s: %s", stage, path, strerror(e));
-        return false;
-    }
-    return true;
 }

@@ -847,60 +847,15 @@ static bool test_hook_fail(const char *stage) {
     return true;
 }
 
-/* fsyncs the directory that holds path, so the rename itself survives a
- * power cut. File systems that cannot sync a directory (EINVAL) are
- * taken as done. */
+/* The folder sync and the temporary's creation (core/files.c), with the
+ * test hooks' failures in front of them. */
 static bool sync_parent_dir(const char *path) {
-    if (test_hook_fail("dirsync")) return false;
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
-    if (!dir) return false;
-    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
-    if (fd < 0) return false;
-    bool ok = fsync(fd) == 0 || errno == EINVAL;
-    int e = errno;
-    close(fd);
-    errno = e;
-    return ok;
+    return !test_hook_fail("dirsync") && delta_file_sync_dir(path);
 }
 
-
-/* The file a save replaces: path itself, or the regular file a link at
- * path leads to (so the link survives the rename). NULL, with err set,
- * when what is at path is not a regular file. *mode is the existing file's
- * permission bits, or -1 when there is none. Caller frees. */
-static char *save_target(const char *path, int *mode, char *err,
-                         size_t err_len) {
-    struct stat sb;
-    *mode = -1;
-    if (stat(path, &sb) != 0) return strdup(path); /* nothing there (yet) */
-    if (!S_ISREG(sb.st_mode)) {
-        set_err(err, err_len, "'%s' is %s, not a regular file: a save "
-                "replaces only a regular file or creates a new one; give "
-                "another path", path, delta_file_kind(sb.st_mode));
-        return NULL;
-    }
-    *mode = (int)(sb.st_mode & 07777);
-    struct stat lb;
-    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
-        char *real = realpath(path, NULL);
-        if (real) return real;
-    }
-    return strdup(path);
-}
-
-/* Creates the unique temporary for path (path.delta-XXXXXX.tmp) in
- * tmp[0..cap); the open descriptor, or -1 with errno set. */
 static int create_temp(const char *path, char *tmp, size_t cap) {
-    if ((size_t)snprintf(tmp, cap, "%s.delta-XXXXXX.tmp", path) >= cap) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
     if (test_hook_fail("create")) return -1;
-    int fd = mkstemps(tmp, 4);
-    if (fd >= 0) (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-    return fd;
+    return delta_file_create_temp(path, tmp, cap);
 }
 
 /* Writes the file's bytes to a new unique temporary beside path (its name
@@ -917,7 +872,7 @@ static const char *write_file(const char *path, char *tmp, size_t tmp_cap,
     int save_no = ++saves_begun;
     int fd = create_temp(path, tmp, tmp_cap);
     if (fd >= 0 &&
-        fchmod(fd, mode >= 0 ? (mode_t)mode : delta_new_file_mode()) != 0) {
+        fchmod(fd, mode >= 0 ? (mode_t)mode : delta_file_new_mode()) != 0) {
         *e = errno;
         close(fd);
         unlink(tmp);
@@ -999,7 +954,7 @@ delta_status delta_st_write(const char *path, const delta_st_entry *entries,
     }
 
     int mode = -1;
-    char *target = save_target(path, &mode, err, err_len);
+    char *target = delta_file_replace_target(path, &mode, err, err_len);
     size_t tmp_cap = (target ? strlen(target) : 0) + 32;
     char *tmp = target ? malloc(tmp_cap) : NULL;
     if (!tmp) {

@@ -260,6 +260,12 @@ const char *const *delta_session_policies(void) {
     return policy_names;
 }
 
+double delta_session_op_seconds(const delta_session *s, int op) {
+    if (op < 0 || op >= s->ctx->n_ops || !managed_op_measured(s->mg, op))
+        return -1;
+    return managed_op_seconds(s->mg, op);
+}
+
 int64_t delta_session_step(const delta_session *s) { return s->step; }
 void delta_session_set_step(delta_session *s, int64_t step) { s->step = step; }
 size_t delta_session_budget(const delta_session *s) { return s->arena_bytes; }

@@ -24,6 +24,12 @@
  *   a copy on a copy stream: latency + bytes / link_bytes_per_s;
  *   a copy on the compute stream (a device-side move): launch +
  *     2 bytes / (hbm * eff_mem) (read and write).
+ * A device description from a file (delta calibrate; device_file.c)
+ * replaces the constants where it gives figures: launch by kernel_s,
+ * eff_compute and eff_mem by curves per kind of op, each op type's time
+ * scaled by its factor, each copy stream at its direction's rate, and a
+ * kernel starting no earlier than kernel_gap_s after the one before. The
+ * presets give none of these: their costs are the constants'.
  *
  * Clocks: one per stream, and the host's. Every stream is asynchronous to
  * the host, which issues work ahead of the device and only waits for it in
@@ -94,6 +100,29 @@ static bool gemm_like(delta_op_type t) {
            t == DELTA_OP_CONV2D_DW;
 }
 
+/* The device's fixed time per kernel: the description's, else the
+ * constant. */
+static double kernel_s(const delta_gpu_preset *gpu) {
+    return gpu->kernel_s > 0 ? gpu->kernel_s : DELTA_SIM_LAUNCH_S;
+}
+
+/* The measured curve of kind k, or NULL; conv dx and dw fall back to
+ * conv2d's curve and conv2d to gemm's (a convolution is a GEMM on
+ * im2col's columns where nothing better was measured). */
+static const delta_sim_curve *curve_of(const delta_sim_efficiency *e,
+                                       delta_sim_kind k) {
+    if (!e) return NULL;
+    for (;;) {
+        if (e->curve[k].n) return &e->curve[k];
+        if (k == DELTA_SIM_KIND_CONV2D_DX || k == DELTA_SIM_KIND_CONV2D_DW)
+            k = DELTA_SIM_KIND_CONV2D;
+        else if (k == DELTA_SIM_KIND_CONV2D)
+            k = DELTA_SIM_KIND_GEMM;
+        else
+            return NULL;
+    }
+}
+
 double delta_sim_op_seconds(const delta_gpu_preset *gpu, bool tensor_cores,
                             const delta_op *op) {
     if (op->type == DELTA_OP_RESHAPE) return 0.0;
@@ -102,13 +131,31 @@ double delta_sim_op_seconds(const delta_gpu_preset *gpu, bool tensor_cores,
                   : g && tensor_cores          ? gpu->tensor_flops
                                                : gpu->fp32_flops;
     double eff = g ? DELTA_SIM_EFF_GEMM : DELTA_SIM_EFF_OTHER;
+    double eff_mem = DELTA_SIM_EFF_MEM;
+    const delta_sim_efficiency *e = gpu->eff;
+    delta_sim_kind kind = delta_sim_kind_of(op->type);
+    const delta_sim_curve *cc = g ? curve_of(e, kind) : NULL;
+    const delta_sim_curve *cm =
+        curve_of(e, g ? DELTA_SIM_KIND_ELEMENTWISE : kind);
+    if (cc) eff = delta_sim_curve_at(cc, op->flops);
+    if (cm) eff_mem = delta_sim_curve_at(cm, op->bytes);
     double tc = op->flops / (peak * eff);
-    double tm = op->bytes / (gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM);
-    return DELTA_SIM_LAUNCH_S + max2(tc, tm);
+    double tm = op->bytes / (gpu->hbm_bytes_per_s * eff_mem);
+    double t = kernel_s(gpu) + max2(tc, tm);
+    if (e && e->op_factor[op->type] > 0) t *= e->op_factor[op->type];
+    return t;
 }
 
 double delta_sim_copy_seconds(const delta_gpu_preset *gpu, double bytes) {
     return gpu->link_latency_s + bytes / gpu->link_bytes_per_s;
+}
+
+double delta_sim_copy_seconds_dir(const delta_gpu_preset *gpu, double bytes,
+                                  bool to_host) {
+    double bps = to_host ? gpu->link_to_host_bytes_per_s
+                         : gpu->link_to_device_bytes_per_s;
+    if (!(bps > 0)) return delta_sim_copy_seconds(gpu, bytes);
+    return gpu->link_latency_s + bytes / bps;
 }
 
 static delta_status sim_arena_create(void *ctx, size_t bytes, void **base) {
@@ -149,7 +196,8 @@ static void add_item(sim_backend *sb, delta_stream s, double t0, double t1) {
 static void launch(sim_backend *sb, double host_s, double dev) {
     sb->host += host_s;
     double *c = &sb->clock[DELTA_STREAM_COMPUTE];
-    double t0 = max2(*c, sb->host + sb->gpu->launch_latency_s);
+    double t0 = max2(*c + sb->gpu->kernel_gap_s,
+                     sb->host + sb->gpu->launch_latency_s);
     *c = t0 + dev;
     add_item(sb, DELTA_STREAM_COMPUTE, t0, *c);
 }
@@ -174,15 +222,19 @@ static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
     (void)src;
     DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
     if (s == DELTA_STREAM_COMPUTE) {
+        const delta_sim_curve *cm =
+            curve_of(sb->gpu->eff, DELTA_SIM_KIND_ELEMENTWISE);
+        double eff = cm ? delta_sim_curve_at(cm, 2.0 * (double)bytes)
+                        : DELTA_SIM_EFF_MEM;
         launch(sb, sb->gpu->launch_host_s,
-               DELTA_SIM_LAUNCH_S +
-                   2.0 * (double)bytes /
-                       (sb->gpu->hbm_bytes_per_s * DELTA_SIM_EFF_MEM));
+               kernel_s(sb->gpu) +
+                   2.0 * (double)bytes / (sb->gpu->hbm_bytes_per_s * eff));
         return;
     }
     sb->host += sb->gpu->launch_host_s;
     double t0 = max2(sb->clock[s], sb->host);
-    sb->clock[s] = t0 + delta_sim_copy_seconds(sb->gpu, (double)bytes);
+    sb->clock[s] = t0 + delta_sim_copy_seconds_dir(
+                            sb->gpu, (double)bytes, s == DELTA_STREAM_TO_HOST);
     add_item(sb, s, t0, sb->clock[s]);
 }
 
@@ -268,7 +320,9 @@ delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
     char dummy[8];
     if (!err) { err = dummy; err_len = sizeof dummy; }
     const char *name = opts && opts->gpu ? opts->gpu : "v100-16g";
-    const delta_gpu_preset *gpu = delta_gpu_preset_find(name);
+    const delta_gpu_preset *gpu = opts && opts->device
+                                      ? opts->device
+                                      : delta_gpu_preset_find(name);
     if (!gpu) {
         char names[256] = "";
         size_t len = 0;
