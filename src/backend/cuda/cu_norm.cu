@@ -1,74 +1,412 @@
 /* Normalization on the GPU: batch norm (training and eval), its gradient
  * and running-statistics update; layer norm and its gradient. The formulas
- * are those of src/backend/cpu/k_norm.c; the reductions are in double,
- * each by one block in a fixed order (batch norm: a block per channel;
- * layer norm: a block per row; its dgamma/dbeta: a fixed column-block /
- * row-lane split), so a run is reproducible bit for bit. The order differs
- * from the CPU's, so results agree with it to rounding. */
+ * are those of src/backend/cpu/k_norm.c; every reduction is in double and
+ * in an order fixed by the shape alone, so a run is reproducible bit for
+ * bit on any GPU. The order differs from the CPU's, so results agree with
+ * it to rounding.
+ *
+ * Batch norm is memory-bound: it streams x (and dy) two or three times and
+ * does a few flops per element. Channel c's count = N·hw elements are cut
+ * into chunks of a length that depends only on count (bn_split_of), and
+ * each op is three launches: a block per (channel, chunk) reduces its chunk
+ * into the backend's scratch buffer (forward: the chunk's mean and sum of
+ * squared deviations M2, in double, from sums shifted by the chunk's first
+ * element; backward: Σdy and Σdy(x - mean)); one thread per channel merges
+ * its chunks in chunk order (forward: Chan's pairwise formula) and turns
+ * the statistics into per-channel coefficients; a block per (channel,
+ * chunk) again writes y (or dx). Blocks walk their chunk with 32-bit
+ * indices (64-bit when the tensor has 2^31 elements or more), four
+ * consecutive elements a thread (float4 loads when the plane size is a
+ * multiple of 4) and BN_UNROLL loads in flight; the walk steps its
+ * (image, offset) position by additions, no division per element. Layer
+ * norm: a block per row; its dgamma/dbeta: a fixed column-block /
+ * row-lane split. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/kernel_shapes.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #define NORM_THREADS 256
 
-/* Element e (0 <= e < N*hw) of channel c. */
-__device__ static inline int64_t bn_at(int64_t e, int64_t c, int64_t C,
-                                       int64_t hw) {
-    return ((e / hw) * C + c) * hw + e % hw;
+/* ---- batch norm ----------------------------------------------------------
+ * x (N, C, H, W) or (N, C): channel c is N runs of hw floats at stride
+ * C·hw; element e (0 <= e < count = N·hw) of channel c is at
+ * (e / hw · C + c) · hw + e % hw. */
+
+#define BN_THREADS 256
+#define BN_UNROLL 4        /* loads in flight per thread and operand */
+#define BN_CHUNK 8192      /* elements a chunk aims at */
+#define BN_MAX_CHUNKS 256  /* chunks per channel at most */
+
+/* How each channel is cut: p chunks of len elements (the last one may be
+ * shorter, none is empty), from count alone: the same shape gives the same
+ * partition, hence the same bits, on any GPU and at any channel count. len
+ * is a multiple of 4, so with v == 4 (hw % 4 == 0) a thread's four
+ * consecutive elements never straddle a chunk or a plane. */
+typedef struct bn_split {
+    int64_t count, len, p;
+    int v; /* elements a thread takes at a time: 4, or 1 when hw % 4 != 0 */
+} bn_split;
+
+static bn_split bn_split_of(const bn_shape *s) {
+    bn_split r = {s->n * s->hw, 0, 0, s->hw % 4 == 0 ? 4 : 1};
+    if (r.count <= 0) return r;
+    int64_t p = (r.count + BN_CHUNK - 1) / BN_CHUNK;
+    if (p > BN_MAX_CHUNKS) p = BN_MAX_CHUNKS;
+    r.len = ((r.count + p - 1) / p + 3) / 4 * 4;
+    r.p = (r.count + r.len - 1) / r.len;
+    return r;
 }
 
-/* One block per channel: mean and (biased) variance in double, then y. */
-__global__ static void bn_fwd_k(const float *x, const float *gamma,
-                                const float *beta, const float *rmean,
-                                const float *rvar, float *y, float *mean,
-                                float *var, int64_t N, int64_t C, int64_t hw,
-                                double eps) {
-    __shared__ double buf[NORM_THREADS];
-    const int64_t c = blockIdx.x, count = N * hw;
-    double m, v;
+/* What the per-(channel, chunk) kernels know: I is uint32_t, or uint64_t
+ * for tensors of 2^31 elements or more; V is bn_split's v. Block b of a launch covers chunk
+ * b % p of channel c0 + b / p; its per-channel values (partials, then
+ * coefficients) are at index b / p of the launch's scratch. */
+template <typename I, int V> struct bn_geo {
+    I c, hw, count, len, p, c0;
+    bool vec; /* float4 loads and stores (v == 4, pointers 16-byte aligned) */
+};
+
+/* A thread's position (image n, offset i) in its channel, stepped by a
+ * fixed stride without dividing. */
+template <typename I> struct bn_cursor {
+    I n, i, sn, si, hw, cstride, c;
+    template <int V>
+    __device__ bn_cursor(I e, I step, const bn_geo<I, V> &g, I ch)
+        : n(e / g.hw), i(e % g.hw), sn(step / g.hw), si(step % g.hw),
+          hw(g.hw), cstride(g.c), c(ch) {}
+    __device__ I off() const { return (n * cstride + c) * hw + i; }
+    __device__ void next() {
+        i += si;
+        n += sn;
+        if (i >= hw) {
+            i -= hw;
+            n++;
+        }
+    }
+};
+
+template <int V>
+__device__ static inline void bn_ld(const float *p, bool vec, float *o) {
+    if constexpr (V == 4) {
+        if (vec) {
+            float4 q = *reinterpret_cast<const float4 *>(p);
+            o[0] = q.x;
+            o[1] = q.y;
+            o[2] = q.z;
+            o[3] = q.w;
+            return;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; j++) o[j] = p[j];
+}
+
+template <int V>
+__device__ static inline void bn_st(float *p, bool vec, const float *o) {
+    if constexpr (V == 4) {
+        if (vec) {
+            *reinterpret_cast<float4 *>(p) = make_float4(o[0], o[1], o[2], o[3]);
+            return;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; j++) p[j] = o[j];
+}
+
+/* This block's channel (global and within the launch) and chunk [e0, e1). */
+template <typename I> struct bn_block {
+    I cl, c, e0, e1;
+    template <int V> __device__ explicit bn_block(const bn_geo<I, V> &g) {
+        const I b = blockIdx.x;
+        cl = b / g.p;
+        c = g.c0 + cl;
+        e0 = (b - cl * g.p) * g.len;
+        e1 = e0 + g.len < g.count ? e0 + g.len : g.count;
+    }
+};
+
+/* This thread's part of the block's chunk, in order: thread t takes V
+ * elements at e0 + t·V + k·BN_THREADS·V, k = 0, 1, ... For BN_UNROLL steps
+ * at a time it loads the V elements of each operand src[s] at every step
+ * (all loads in flight together), then calls f(off, v) per step in order:
+ * off the step's element offset, v[s][j] the values (f may overwrite them,
+ * e.g. to store them). */
+template <typename I, int V, int NIN, typename F>
+__device__ static inline void bn_walk(const bn_geo<I, V> &g,
+                                      const bn_block<I> &bk,
+                                      const float *const (&src)[NIN], F &&f) {
+    const I step = (I)BN_THREADS * V;
+    I e = bk.e0 + (I)threadIdx.x * V;
+    if (e >= bk.e1) return;
+    bn_cursor<I> cur(e, step, g, bk.c);
+    for (; e < bk.e1; e += (I)BN_UNROLL * step) {
+        I off[BN_UNROLL];
+        bool in[BN_UNROLL];
+        float v[BN_UNROLL][NIN][V];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL; u++) {
+            in[u] = e + (I)u * step < bk.e1;
+            off[u] = cur.off();
+            cur.next();
+            if (in[u])
+#pragma unroll
+                for (int s = 0; s < NIN; s++)
+                    bn_ld<V>(src[s] + off[u], g.vec, v[u][s]);
+        }
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL; u++)
+            if (in[u]) f(off[u], v[u]);
+    }
+}
+
+/* Forward partials: the chunk's mean and M2 = Σ (x - mean)², from sums of
+ * d = x - x[e0] (shifted by a value of the chunk, the sums lose nothing
+ * that matters in double; M2 is clamped at 0 against rounding). */
+template <typename I, int V>
+__global__ static void __launch_bounds__(BN_THREADS)
+    bn_stats_k(const float *x, bn_geo<I, V> g, double *part) {
+    __shared__ double buf[BN_THREADS];
+    const bn_block<I> bk(g);
+    const double k0 = x[(bk.e0 / g.hw * g.c + bk.c) * g.hw + bk.e0 % g.hw];
+    const float *const src[] = {x};
+    double s1 = 0, s2 = 0;
+    bn_walk(g, bk, src, [&](I, float(&v)[1][V]) {
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            double d = (double)v[0][j] - k0;
+            s1 += d;
+            s2 += d * d;
+        }
+    });
+    s1 = cu_block_sum(s1, buf);
+    s2 = cu_block_sum(s2, buf);
+    if (threadIdx.x == 0) {
+        const double n = (double)(bk.e1 - bk.e0);
+        const double m2 = s2 - s1 * (s1 / n);
+        part[2 * blockIdx.x] = k0 + s1 / n;
+        part[2 * blockIdx.x + 1] = m2 > 0 ? m2 : 0.0;
+    }
+}
+
+/* Per channel of a launch (gamma.. offset to its first channel): batch
+ * statistics merged over the chunks in order (Chan et al.: n = na + nb,
+ * d = mb - ma, mean = ma + d·nb/n, M2 = M2a + M2b + d²·na·nb/n), or the
+ * running ones in eval mode (rmean != NULL); then mean, var and
+ * coef[2c..] = (scale, shift) as the CPU computes them. */
+__global__ static void bn_merge_k(const double *part, int64_t p, int64_t len,
+                                  int64_t count, int64_t nch,
+                                  const float *gamma, const float *beta,
+                                  const float *rmean, const float *rvar,
+                                  float *mean, float *var, float *coef,
+                                  bool hw1, double eps) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nch) return;
+    double m = 0, v = 0;
     if (rmean) {
         m = rmean[c];
         v = rvar[c];
-    } else {
-        double acc = 0;
-        for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
-            acc += x[bn_at(e, c, C, hw)];
-        m = count > 0 ? cu_block_sum(acc, buf) / (double)count : 0.0;
-        acc = 0;
-        for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-            double d = x[bn_at(e, c, C, hw)] - m;
-            acc += d * d;
+    } else if (count > 0) {
+        const double *pc = part + 2 * c * p;
+        double na = (double)(len < count ? len : count), m2 = pc[1];
+        m = pc[0];
+        for (int64_t j = 1; j < p; j++) {
+            const int64_t rest = count - j * len;
+            const double nb = (double)(rest < len ? rest : len);
+            const double n = na + nb, d = pc[2 * j] - m;
+            m += d * (nb / n);
+            m2 += pc[2 * j + 1] + d * d * (na * nb / n);
+            na = n;
         }
-        v = count > 0 ? cu_block_sum(acc, buf) / (double)count : 0.0;
+        v = m2 / (double)count;
     }
-    if (threadIdx.x == 0) {
-        mean[c] = (float)m;
-        var[c] = (float)v;
-    }
+    mean[c] = (float)m;
+    var[c] = (float)v;
     /* (N, C) inputs: the CPU takes the scale from the stored float stats */
-    if (hw == 1 && !rmean) {
+    if (hw1 && !rmean) {
         m = (double)(float)m;
         v = (double)(float)v;
     }
-    double rstd = 1.0 / sqrt(v + eps);
-    float sc = (float)(gamma[c] * rstd);
-    float sh = (float)(beta[c] - m * gamma[c] * rstd);
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-        int64_t i = bn_at(e, c, C, hw);
-        y[i] = x[i] * sc + sh;
+    const double rstd = 1.0 / sqrt(v + eps);
+    coef[2 * c] = (float)(gamma[c] * rstd);
+    coef[2 * c + 1] = (float)(beta[c] - m * gamma[c] * rstd);
+}
+
+/* y = x·scale + shift */
+template <typename I, int V>
+__global__ static void __launch_bounds__(BN_THREADS)
+    bn_apply_k(const float *x, float *y, bn_geo<I, V> g, const float *coef) {
+    const bn_block<I> bk(g);
+    const float sc = coef[2 * bk.cl], sh = coef[2 * bk.cl + 1];
+    const float *const src[] = {x};
+    bn_walk(g, bk, src, [&](I off, float(&v)[1][V]) {
+#pragma unroll
+        for (int j = 0; j < V; j++) v[0][j] = v[0][j] * sc + sh;
+        bn_st<V>(y + off, g.vec, v[0]);
+    });
+}
+
+/* Backward partials: the chunk's Σdy and Σdy(x - mean). */
+template <typename I, int V>
+__global__ static void __launch_bounds__(BN_THREADS)
+    bn_bwd_stats_k(const float *x, const float *dy, const float *mean,
+                   bn_geo<I, V> g, double *part) {
+    __shared__ double buf[BN_THREADS];
+    const bn_block<I> bk(g);
+    const double m = mean[bk.c];
+    const float *const src[] = {x, dy};
+    double a1 = 0, a2 = 0;
+    bn_walk(g, bk, src, [&](I, float(&v)[2][V]) {
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const double d = v[1][j];
+            a1 += d;
+            a2 += d * ((double)v[0][j] - m);
+        }
+    });
+    a1 = cu_block_sum(a1, buf);
+    a2 = cu_block_sum(a2, buf);
+    if (threadIdx.x == 0) {
+        part[2 * blockIdx.x] = a1;
+        part[2 * blockIdx.x + 1] = a2;
     }
 }
 
+/* Per channel of a launch: Σdy and Σdy(x - mean) over the chunks in order,
+ * dgamma = Σdy·xhat and dbeta = Σdy (each optional), and
+ * coef[4c..] = (a, b, e, mean) of dx = a·dy + b·(x - mean) + e as the CPU
+ * computes them. */
+__global__ static void bn_bwd_merge_k(const double *part, int64_t p,
+                                      int64_t count, int64_t nch,
+                                      const float *gamma, const float *mean,
+                                      const float *var, float *dgamma,
+                                      float *dbeta, float *coef, double eps) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nch) return;
+    const double *pc = part + 2 * c * p;
+    double sdy = 0, sdyx = 0;
+    for (int64_t j = 0; j < p; j++) {
+        sdy += pc[2 * j];
+        sdyx += pc[2 * j + 1];
+    }
+    const double rstd = 1.0 / sqrt((double)var[c] + eps);
+    const double dg = sdyx * rstd;
+    if (dgamma) dgamma[c] = (float)dg;
+    if (dbeta) dbeta[c] = (float)sdy;
+    if (count == 0) return;
+    const double gm = gamma[c];
+    const double a = gm * rstd;
+    coef[4 * c] = (float)a;
+    coef[4 * c + 1] = (float)(-gm * rstd * rstd * dg / (double)count);
+    coef[4 * c + 2] = (float)(-a * sdy / (double)count);
+    coef[4 * c + 3] = mean[c];
+}
+
+/* dx = a·dy + b·(x - mean) + e */
+template <typename I, int V>
+__global__ static void __launch_bounds__(BN_THREADS)
+    bn_bwd_apply_k(const float *x, const float *dy, float *dx, bn_geo<I, V> g,
+                   const float *coef) {
+    const bn_block<I> bk(g);
+    const float *k = coef + 4 * bk.cl;
+    const float fa = k[0], fb = k[1], fe = k[2], fm = k[3];
+    const float *const src[] = {x, dy};
+    bn_walk(g, bk, src, [&](I off, float(&v)[2][V]) {
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            v[0][j] = fa * v[1][j] + fb * (v[0][j] - fm) + fe;
+        bn_st<V>(dx + off, g.vec, v[0]);
+    });
+}
+
+/* A batch norm op's launches: the split, channels per launch (as many as
+ * the scratch holds: p partials of 2 doubles and 4 float coefficients
+ * each), index width and whether float4 accesses are aligned. */
+typedef struct bn_plan {
+    bn_shape s;
+    bn_split sp;
+    int64_t group;
+    bool wide, vec;
+    double *part;
+    float *coef;
+} bn_plan;
+
+static bool bn_aligned(const void *p) {
+    return p == NULL || ((uintptr_t)p & 15) == 0;
+}
+
+static bn_plan bn_plan_of(const delta_cuda_kctx *c, const delta_tensor *xt,
+                          const void *p0, const void *p1, const void *p2) {
+    bn_plan pl;
+    pl.s = bn_shape_of(xt);
+    pl.sp = bn_split_of(&pl.s);
+    const size_t per = (size_t)pl.sp.p * 2 * sizeof(double) + 4 * sizeof(float);
+    pl.group = (int64_t)(c->scratch_bytes / per);
+    DELTA_ASSERTF(pl.group >= 1, "batch norm: %zu bytes of scratch hold no "
+                  "channel's %lld partials", c->scratch_bytes,
+                  (long long)pl.sp.p);
+    if (pl.group > pl.s.c) pl.group = pl.s.c;
+    pl.wide = xt->numel >= ((int64_t)1 << 31);
+    pl.vec = pl.sp.v == 4 && bn_aligned(p0) && bn_aligned(p1) && bn_aligned(p2);
+    pl.part = (double *)c->scratch;
+    pl.coef = (float *)((char *)c->scratch +
+                        (size_t)pl.group * pl.sp.p * 2 * sizeof(double));
+    return pl;
+}
+
+/* Calls f(geo, c0, nch) for each group of nch channels from c0, with the
+ * geometry's index type and step width. */
+template <typename I, int V, typename F>
+static void bn_groups(const bn_plan &pl, F &f) {
+    bn_geo<I, V> g;
+    g.c = (I)pl.s.c;
+    g.hw = (I)pl.s.hw;
+    g.count = (I)pl.sp.count;
+    g.len = (I)pl.sp.len;
+    g.p = (I)pl.sp.p;
+    g.vec = pl.vec;
+    for (int64_t c0 = 0; c0 < pl.s.c; c0 += pl.group) {
+        g.c0 = (I)c0;
+        f(g, c0, pl.s.c - c0 < pl.group ? pl.s.c - c0 : pl.group);
+    }
+}
+
+template <typename F> static void bn_launch(const bn_plan &pl, F &&f) {
+    if (pl.wide)
+        pl.sp.v == 4 ? bn_groups<uint64_t, 4>(pl, f)
+                     : bn_groups<uint64_t, 1>(pl, f);
+    else
+        pl.sp.v == 4 ? bn_groups<uint32_t, 4>(pl, f)
+                     : bn_groups<uint32_t, 1>(pl, f);
+}
+
+static unsigned bn_merge_blocks(int64_t nch) {
+    return (unsigned)((nch + NORM_THREADS - 1) / NORM_THREADS);
+}
+
 void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const bn_shape s = bn_shape_of(k->in_t[0]);
-    if (s.c == 0) return;
-    bool running = !k->env->training && k->op->n_in >= 5;
-    bn_fwd_k<<<(unsigned)s.c, NORM_THREADS, 0, c->stream>>>(
-        (const float *)k->in[0], (const float *)k->in[1],
-        (const float *)k->in[2], running ? (const float *)k->in[3] : NULL,
-        running ? (const float *)k->in[4] : NULL, (float *)k->out[0],
-        (float *)k->out[1], (float *)k->out[2], s.n, s.c, s.hw, k->op->a.eps);
+    const bool running = !k->env->training && k->op->n_in >= 5;
+    const float *x = (const float *)k->in[0], *gamma = (const float *)k->in[1],
+                *beta = (const float *)k->in[2];
+    const float *rmean = running ? (const float *)k->in[3] : NULL;
+    const float *rvar = running ? (const float *)k->in[4] : NULL;
+    float *y = (float *)k->out[0], *mean = (float *)k->out[1],
+          *var = (float *)k->out[2];
+    const double eps = k->op->a.eps;
+    const bn_plan pl = bn_plan_of(c, k->in_t[0], x, y, NULL);
+    const int64_t p = pl.sp.p;
+    bn_launch(pl, [&](auto g, int64_t c0, int64_t nch) {
+        const unsigned blocks = (unsigned)(nch * p);
+        if (!running && p > 0)
+            bn_stats_k<<<blocks, BN_THREADS, 0, c->stream>>>(x, g, pl.part);
+        bn_merge_k<<<bn_merge_blocks(nch), NORM_THREADS, 0, c->stream>>>(
+            pl.part, p, pl.sp.len, pl.sp.count, nch, gamma + c0, beta + c0,
+            running ? rmean + c0 : NULL, running ? rvar + c0 : NULL,
+            mean + c0, var + c0, pl.coef, pl.s.hw == 1, eps);
+        if (p > 0)
+            bn_apply_k<<<blocks, BN_THREADS, 0, c->stream>>>(x, y, g, pl.coef);
+    });
 }
 
 __global__ static void bn_running_k(const float *mean, const float *var,
@@ -94,53 +432,32 @@ void delta_cu_bn_running_update(const delta_cuda_kctx *c,
               C, (double)k->op->a.momentum, cnt > 1 ? cnt / (cnt - 1) : 1.0);
 }
 
-/* One block per channel: Σdy and Σdy(x - mean) in double, then dx. */
-__global__ static void bn_bwd_k(const float *x, const float *gamma,
-                                const float *mean, const float *var,
-                                const float *dy, float *dx, float *dgamma,
-                                float *dbeta, int64_t N, int64_t C,
-                                int64_t hw, double eps) {
-    __shared__ double buf[NORM_THREADS];
-    const int64_t c = blockIdx.x, count = N * hw;
-    const double m = mean[c];
-    const double rstd = 1.0 / sqrt((double)var[c] + eps);
-    double a1 = 0, a2 = 0;
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-        int64_t i = bn_at(e, c, C, hw);
-        double d = dy[i];
-        a1 += d;
-        a2 += d * (x[i] - m);
-    }
-    const double sdy = cu_block_sum(a1, buf);
-    const double sdyx = cu_block_sum(a2, buf);
-    const double dg = sdyx * rstd;
-    if (threadIdx.x == 0) {
-        if (dgamma) dgamma[c] = (float)dg;
-        if (dbeta) dbeta[c] = (float)sdy;
-    }
-    if (!dx || count == 0) return;
-    const double g = gamma[c];
-    const double a = g * rstd;
-    const double b = -g * rstd * rstd * dg / (double)count;
-    const double e0 = -a * sdy / (double)count;
-    const float fa = (float)a, fb = (float)b, fe = (float)e0, fm = mean[c];
-    for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-        int64_t i = bn_at(e, c, C, hw);
-        dx[i] = fa * dy[i] + fb * (x[i] - fm) + fe;
-    }
+void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const float *x = (const float *)k->in[0], *gamma = (const float *)k->in[1],
+                *mean = (const float *)k->in[2], *var = (const float *)k->in[3],
+                *dy = (const float *)k->in[4];
+    float *dx = (float *)k->out[0];
+    float *dgamma = k->op->n_out > 1 ? (float *)k->out[1] : NULL;
+    float *dbeta = k->op->n_out > 2 ? (float *)k->out[2] : NULL;
+    const double eps = k->op->a.eps;
+    const bn_plan pl = bn_plan_of(c, k->in_t[0], x, dy, dx);
+    const int64_t p = pl.sp.p;
+    bn_launch(pl, [&](auto g, int64_t c0, int64_t nch) {
+        const unsigned blocks = (unsigned)(nch * p);
+        if (p > 0)
+            bn_bwd_stats_k<<<blocks, BN_THREADS, 0, c->stream>>>(x, dy, mean,
+                                                                 g, pl.part);
+        bn_bwd_merge_k<<<bn_merge_blocks(nch), NORM_THREADS, 0, c->stream>>>(
+            pl.part, p, pl.sp.count, nch, gamma + c0, mean + c0, var + c0,
+            dgamma ? dgamma + c0 : NULL, dbeta ? dbeta + c0 : NULL, pl.coef,
+            eps);
+        if (dx && p > 0)
+            bn_bwd_apply_k<<<blocks, BN_THREADS, 0, c->stream>>>(x, dy, dx, g,
+                                                                 pl.coef);
+    });
 }
 
-void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const bn_shape s = bn_shape_of(k->in_t[0]);
-    if (s.c == 0) return;
-    bn_bwd_k<<<(unsigned)s.c, NORM_THREADS, 0, c->stream>>>(
-        (const float *)k->in[0], (const float *)k->in[1],
-        (const float *)k->in[2], (const float *)k->in[3],
-        (const float *)k->in[4], (float *)k->out[0],
-        k->op->n_out > 1 ? (float *)k->out[1] : NULL,
-        k->op->n_out > 2 ? (float *)k->out[2] : NULL, s.n, s.c, s.hw,
-        k->op->a.eps);
-}
+/* ---- layer norm ---------------------------------------------------------- */
 
 /* One block per row. */
 __global__ static void ln_fwd_k(const float *x, const float *gamma,

@@ -4,10 +4,12 @@
  *
  * Determinism rule, as on the CPU: every output element is written by one
  * thread, and every reduction is done in a fixed order (one thread in
- * sequence, or a block's fixed shared-memory tree); no atomics. So running
- * an op twice on the same inputs gives the same bits (a recomputed tensor
- * equals the dropped one), and results do not depend on timing. Which ops
- * go to cuBLAS or cuDNN and which are our kernels: docs/CUDA.md. */
+ * sequence, a block's fixed shared-memory tree, or per-block partials in
+ * the scratch buffer combined by one thread in a fixed order); no atomics.
+ * So running an op twice on the same inputs gives the same bits (a
+ * recomputed tensor equals the dropped one), and results do not depend on
+ * timing. Which ops go to cuBLAS or cuDNN and which are our kernels:
+ * docs/CUDA.md. */
 #ifndef DELTA_CUDA_KERNELS_H
 #define DELTA_CUDA_KERNELS_H
 
