@@ -98,9 +98,10 @@ static void test_cli_backend_cuda(void) {
 /* ---- the op programs ---------------------------------------------------------- */
 
 /* A graph holding what the models do not: conv2d with bias (and its bias
- * gradient), avgpool, mul, sum, batch norm of (N, C), layer norm without
- * affine parameters, split, concat, transpose, a key-masked softmax, and
- * SGD with Nesterov momentum and weight decay. */
+ * gradient), avgpool, mul, sum, batch norm of (N, C) and its fused forms
+ * on (N, C), layer norm without affine parameters, split, concat,
+ * transpose, a key-masked softmax, and SGD with Nesterov momentum and
+ * weight decay. */
 static delta_ctx *extra_graph(void) {
     delta_ctx *c = delta_ctx_new();
     delta_init ini = {DELTA_INIT_NORMAL, 0, 0.1f};
@@ -114,12 +115,17 @@ static delta_ctx *extra_graph(void) {
     delta_tensor *be = delta_param(c, "be", 1, k4, ini);
     delta_tensor *rm = delta_state(c, "rm", 1, k4, ini);
     delta_tensor *rv = delta_state(c, "rv", 1, k4, one);
+    delta_tensor *rm2 = delta_state(c, "rm2", 1, k4, ini);
+    delta_tensor *rv2 = delta_state(c, "rv2", 1, k4, one);
     delta_tensor *mask = delta_input(c, "mask", DELTA_F32, 2, ms);
     delta_tensor *y = delta_conv2d(c, x, w, b, 2, 1);
     y = delta_avgpool2d(c, y, 3, 1, 1);
     y = delta_scale(c, delta_mul(c, y, y), 0.5f);
     y = delta_global_avgpool(c, y);
     y = delta_batchnorm(c, y, g, be, rm, rv, 0.1f, 1e-5f);
+    delta_tensor *y2 = delta_batchnorm_relu(c, y, g, be, NULL, NULL, 0.1f,
+                                            1e-5f);
+    y = delta_batchnorm_add_relu(c, y2, g, be, y, rm2, rv2, 0.1f, 1e-5f);
     delta_tensor *parts[2];
     delta_split(c, y, 1, 2, parts);
     delta_tensor *cat[2] = {parts[1], parts[0]};
@@ -224,6 +230,8 @@ static void fill_input(const delta_op *op, int j, const delta_tensor *t,
     }
     float lo = -1, hi = 1;
     bool positive = (op->type == DELTA_OP_BATCHNORM && j == 4) ||
+                    (op->type == DELTA_OP_BATCHNORM_RELU && j == 4) ||
+                    (op->type == DELTA_OP_BATCHNORM_ADD_RELU && j == 5) ||
                     (op->type == DELTA_OP_BATCHNORM_BWD && j == 3) ||
                     (op->type == DELTA_OP_BN_RUNNING_UPDATE && j == 1) ||
                     (op->type == DELTA_OP_LAYERNORM_BWD && j == 2) ||
@@ -417,7 +425,10 @@ static void ops_against_cpu(delta_backend *be, bool same_kernels) {
             if (op->type == DELTA_OP_RESHAPE) continue;
             delta_kernel_env train = {c->seed, 1, true};
             check_op(be, c, op, &train, &oc, NULL);
-            if (op->type == DELTA_OP_BATCHNORM || op->type == DELTA_OP_DROPOUT) {
+            if (op->type == DELTA_OP_BATCHNORM ||
+                op->type == DELTA_OP_BATCHNORM_RELU ||
+                op->type == DELTA_OP_BATCHNORM_ADD_RELU ||
+                op->type == DELTA_OP_DROPOUT) {
                 delta_kernel_env eval = {c->seed, 1, false};
                 check_op(be, c, op, &eval, &oc, NULL);
             }
@@ -589,6 +600,32 @@ static void session_is_its_ops(delta_backend *be) {
 static void test_session_is_its_ops(void) {
     NEED_GPU(be);
     session_is_its_ops(be);
+}
+
+/* The fused batch norms (batchnorm_relu, batchnorm_add_relu) on the GPU
+ * give the unfused chain's bits: the tiny ResNet trained with keep, fused
+ * (the default) and with no_fusion, ends with the same parameters and
+ * state. */
+static void test_fused_batchnorm_is_its_chain(void) {
+    NEED_GPU(be);
+    model_case fused = models[1], chain = models[1];
+    DELTA_ASSERT(!strcmp(fused.label, "resnet"));
+    chain.cfg.no_fusion = 1;
+    char *a = NULL, *b = NULL, why[512] = "";
+    size_t an = 0, bn = 0, peak = 0;
+    delta_step_stats sum;
+    outcome oa = train(&fused, be, NULL, 0, &a, &an, &peak, &sum, why,
+                       sizeof why);
+    CHECK(oa == RAN, "fused: %s", why);
+    outcome ob = train(&chain, be, NULL, 0, &b, &bn, &peak, &sum, why,
+                       sizeof why);
+    CHECK(ob == RAN, "unfused: %s", why);
+    if (oa == RAN && ob == RAN)
+        CHECK(an == bn && !memcmp(a, b, an), "after %d steps the fused "
+              "ResNet's parameters and state differ from the unfused one's",
+              train_steps);
+    free(a);
+    free(b);
 }
 
 static void test_ops_match_cpu_on_training_data(void) {
@@ -872,6 +909,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_ops_match_cpu);
     TEST_RUN(test_ops_match_cpu_on_training_data);
     TEST_RUN(test_session_is_its_ops);
+    TEST_RUN(test_fused_batchnorm_is_its_chain);
     TEST_RUN(test_streams_order_copies);
     TEST_RUN(test_copy_overlaps_kernels);
     TEST_RUN(test_policies_exact);
