@@ -117,11 +117,12 @@ static void test_cli_backend_cuda(void) {
 /* ---- the op programs ---------------------------------------------------------- */
 
 /* A graph holding what the models do not: conv2d with bias (and its bias
- * gradient), avgpool, mul, sum, batch norm of (N, C), layer norm without
- * affine parameters, split, concat, transpose, a key-masked softmax, and
- * SGD with Nesterov momentum and weight decay. bf16: x, w and b are cast
- * to BF16, so everything up to the sum is BF16 (batch norm's parameters
- * and the softmax's mask stay F32), cast back to F32 for the sum. */
+ * gradient), avgpool, mul, sum, batch norm of (N, C) and its fused forms
+ * on (N, C), layer norm without affine parameters, split, concat,
+ * transpose, a key-masked softmax, and SGD with Nesterov momentum and
+ * weight decay. bf16: x, w and b are cast to BF16, so everything up to
+ * the sum is BF16 (batch norm's parameters and the softmax's mask stay
+ * F32), cast back to F32 for the sum. */
 static delta_ctx *extra_graph(bool bf16) {
     delta_ctx *c = delta_ctx_new();
     delta_init ini = {DELTA_INIT_NORMAL, 0, 0.1f};
@@ -135,6 +136,8 @@ static delta_ctx *extra_graph(bool bf16) {
     delta_tensor *be = delta_param(c, "be", 1, k4, ini);
     delta_tensor *rm = delta_state(c, "rm", 1, k4, ini);
     delta_tensor *rv = delta_state(c, "rv", 1, k4, one);
+    delta_tensor *rm2 = delta_state(c, "rm2", 1, k4, ini);
+    delta_tensor *rv2 = delta_state(c, "rv2", 1, k4, one);
     delta_tensor *mask = delta_input(c, "mask", DELTA_F32, 2, ms);
     if (bf16) {
         x = delta_cast(c, x, DELTA_BF16);
@@ -146,6 +149,11 @@ static delta_ctx *extra_graph(bool bf16) {
     y = delta_scale(c, delta_mul(c, y, y), 0.5f);
     y = delta_global_avgpool(c, y);
     y = delta_batchnorm(c, y, g, be, rm, rv, 0.1f, 1e-5f);
+    if (!bf16) { /* the fused forms are F32 only, as the pass fuses */
+        delta_tensor *y2 = delta_batchnorm_relu(c, y, g, be, NULL, NULL,
+                                                0.1f, 1e-5f);
+        y = delta_batchnorm_add_relu(c, y2, g, be, y, rm2, rv2, 0.1f, 1e-5f);
+    }
     delta_tensor *parts[2];
     delta_split(c, y, 1, 2, parts);
     delta_tensor *cat[2] = {parts[1], parts[0]};
@@ -372,6 +380,8 @@ static void fill_input(const delta_op *op, int j, const delta_tensor *t,
     }
     float lo = -1, hi = 1;
     bool positive = (op->type == DELTA_OP_BATCHNORM && j == 4) ||
+                    (op->type == DELTA_OP_BATCHNORM_RELU && j == 4) ||
+                    (op->type == DELTA_OP_BATCHNORM_ADD_RELU && j == 5) ||
                     (op->type == DELTA_OP_BATCHNORM_BWD && j == 3) ||
                     (op->type == DELTA_OP_BN_RUNNING_UPDATE && j == 1) ||
                     (op->type == DELTA_OP_LAYERNORM_BWD && j == 2) ||
@@ -588,7 +598,10 @@ static void ops_against_cpu(delta_backend *be, bool same_kernels, bool bf16,
             if (op->type == DELTA_OP_RESHAPE) continue;
             delta_kernel_env train = {c->seed, 1, true};
             check_op(be, c, op, &train, &oc, NULL);
-            if (op->type == DELTA_OP_BATCHNORM || op->type == DELTA_OP_DROPOUT) {
+            if (op->type == DELTA_OP_BATCHNORM ||
+                op->type == DELTA_OP_BATCHNORM_RELU ||
+                op->type == DELTA_OP_BATCHNORM_ADD_RELU ||
+                op->type == DELTA_OP_DROPOUT) {
                 delta_kernel_env eval = {c->seed, 1, false};
                 check_op(be, c, op, &eval, &oc, NULL);
             }
@@ -790,6 +803,32 @@ static void test_session_is_its_ops(void) {
 static void test_bf16_session_is_its_ops(void) {
     NEED_GPU(be);
     session_is_its_ops(be, bf16_models, N_BF16_MODELS);
+}
+
+/* The fused batch norms (batchnorm_relu, batchnorm_add_relu) on the GPU
+ * give the unfused chain's bits: the tiny ResNet trained with keep, fused
+ * (the default) and with no_fusion, ends with the same parameters and
+ * state. */
+static void test_fused_batchnorm_is_its_chain(void) {
+    NEED_GPU(be);
+    model_case fused = models[1], chain = models[1];
+    DELTA_ASSERT(!strcmp(fused.label, "resnet"));
+    chain.cfg.no_fusion = 1;
+    char *a = NULL, *b = NULL, why[512] = "";
+    size_t an = 0, bn = 0, peak = 0;
+    delta_step_stats sum;
+    outcome oa = train(&fused, be, NULL, 0, &a, &an, &peak, &sum, why,
+                       sizeof why);
+    CHECK(oa == RAN, "fused: %s", why);
+    outcome ob = train(&chain, be, NULL, 0, &b, &bn, &peak, &sum, why,
+                       sizeof why);
+    CHECK(ob == RAN, "unfused: %s", why);
+    if (oa == RAN && ob == RAN)
+        CHECK(an == bn && !memcmp(a, b, an), "after %d steps the fused "
+              "ResNet's parameters and state differ from the unfused one's",
+              train_steps);
+    free(a);
+    free(b);
 }
 
 static void test_ops_match_cpu_on_training_data(void) {
@@ -1107,6 +1146,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_bf16_ops_match_cpu);
     TEST_RUN(test_bf16_ops_match_cpu_on_training_data);
     TEST_RUN(test_bf16_session_is_its_ops);
+    TEST_RUN(test_fused_batchnorm_is_its_chain);
     TEST_RUN(test_streams_order_copies);
     TEST_RUN(test_copy_overlaps_kernels);
     TEST_RUN(test_policies_exact);

@@ -184,6 +184,34 @@ static void test_batchnorm(void) {
                 "batchnorm 2-D");
 }
 
+/* The fused forms: relu(batchnorm(x)) and relu(batchnorm(x) + r), with a
+ * step small enough that no value here crosses the kink at 0. */
+static void test_batchnorm_fused(void) {
+    for (int nd = 2; nd <= 4; nd += 2) {
+        for (int add = 0; add < 2; add++) {
+            gcase g = new_case(1e-3f);
+            const int64_t *xs = nd == 4 ? S(3, 2, 3, 3) : S(5, 3, 0, 0);
+            int64_t xsh[4] = {xs[0], xs[1], xs[2], xs[3]}, c = xs[1];
+            delta_tensor *x = P(&g, "x", nd, xsh);
+            delta_tensor *ga = P(&g, "gamma", 1, S(c, 0, 0, 0));
+            delta_tensor *be = P(&g, "beta", 1, S(c, 0, 0, 0));
+            delta_init z = {DELTA_INIT_ZEROS, 0, 0}, o = {DELTA_INIT_ONES, 0, 0};
+            delta_tensor *rm = delta_state(g.ctx, "rm", 1, S(c, 0, 0, 0), z);
+            delta_tensor *rv = delta_state(g.ctx, "rv", 1, S(c, 0, 0, 0), o);
+            char what[64];
+            snprintf(what, sizeof what, "batchnorm_%srelu %d-D",
+                     add ? "add_" : "", nd);
+            delta_tensor *y =
+                add ? delta_batchnorm_add_relu(g.ctx, x, ga, be,
+                                               P(&g, "r", nd, xsh), rm, rv,
+                                               0.1f, 1e-5f)
+                    : delta_batchnorm_relu(g.ctx, x, ga, be, rm, rv, 0.1f,
+                                           1e-5f);
+            check_grads(&g, y, what);
+        }
+    }
+}
+
 static void test_layernorm(void) {
     gcase g = new_case(1e-2f);
     delta_tensor *x = P(&g, "x", 3, S(2, 3, 8, 0));
@@ -331,6 +359,7 @@ int main(void) {
         TEST_RUN(test_linear);
         TEST_RUN(test_conv2d);
         TEST_RUN(test_batchnorm);
+        TEST_RUN(test_batchnorm_fused);
         TEST_RUN(test_layernorm);
         TEST_RUN(test_activations);
         TEST_RUN(test_pools);

@@ -705,26 +705,35 @@ static delta_tensor *bottleneck_bn(ref *r, const char *name, delta_tensor *x,
 }
 
 /* torchvision's Bottleneck(16, 8, stride 2) with a conv1x1 + batch-norm
- * downsample, in training mode. */
+ * downsample, in training mode; fused: with its batch norms fused
+ * (delta_ctx_fuse_batchnorm: two batchnorm_relu, one batchnorm_add_relu). */
+static void bottleneck_case(ref *r, bool fused) {
+    ref_begin(r, "");
+    delta_ctx *ctx = r->ctx;
+    float mom = (float)ref_meta(r, "momentum"), eps = (float)ref_meta(r, "eps");
+    int stride = ref_meta_i(r, "stride");
+    delta_tensor *x = ref_param(r, "x");
+    delta_tensor *o = delta_conv2d(ctx, x, ref_param(r, "conv1.weight"),
+                                   NULL, 1, 0);
+    o = delta_relu(ctx, bottleneck_bn(r, "bn1", o, mom, eps));
+    o = delta_conv2d(ctx, o, ref_param(r, "conv2.weight"), NULL, stride, 1);
+    o = delta_relu(ctx, bottleneck_bn(r, "bn2", o, mom, eps));
+    o = delta_conv2d(ctx, o, ref_param(r, "conv3.weight"), NULL, 1, 0);
+    o = bottleneck_bn(r, "bn3", o, mom, eps);
+    delta_tensor *id = delta_conv2d(
+        ctx, x, ref_param(r, "downsample.0.weight"), NULL, stride, 0);
+    id = bottleneck_bn(r, "downsample.1", id, mom, eps);
+    o = delta_relu(ctx, delta_add(ctx, o, id));
+    if (fused)
+        CHECK(delta_ctx_fuse_batchnorm(ctx) == 3, "%s", delta_ctx_error(ctx));
+    ref_finish(r, o);
+}
+
 static void test_resnet_bottleneck(void) {
     ref r;
     if (!ref_open(&r, "resnet_bottleneck", ATOL_BLOCK, RTOL_BLOCK)) return;
-    ref_begin(&r, "");
-    delta_ctx *ctx = r.ctx;
-    float mom = (float)ref_meta(&r, "momentum"), eps = (float)ref_meta(&r, "eps");
-    int stride = ref_meta_i(&r, "stride");
-    delta_tensor *x = ref_param(&r, "x");
-    delta_tensor *o = delta_conv2d(ctx, x, ref_param(&r, "conv1.weight"),
-                                   NULL, 1, 0);
-    o = delta_relu(ctx, bottleneck_bn(&r, "bn1", o, mom, eps));
-    o = delta_conv2d(ctx, o, ref_param(&r, "conv2.weight"), NULL, stride, 1);
-    o = delta_relu(ctx, bottleneck_bn(&r, "bn2", o, mom, eps));
-    o = delta_conv2d(ctx, o, ref_param(&r, "conv3.weight"), NULL, 1, 0);
-    o = bottleneck_bn(&r, "bn3", o, mom, eps);
-    delta_tensor *id = delta_conv2d(
-        ctx, x, ref_param(&r, "downsample.0.weight"), NULL, stride, 0);
-    id = bottleneck_bn(&r, "downsample.1", id, mom, eps);
-    ref_finish(&r, delta_relu(ctx, delta_add(ctx, o, id)));
+    bottleneck_case(&r, false);
+    bottleneck_case(&r, true);
     ref_close(&r);
 }
 

@@ -37,6 +37,9 @@ static void usage(FILE *f) {
 "                       summed in fp32, BF16 activations, fp32 master\n"
 "                       weights and optimizer state (docs/KERNELS.md);\n"
 "                       cpu and sim backends only for now\n"
+"  --no-fusion          resnet: keep each batch norm, residual add and ReLU\n"
+"                       as separate ops (by default they are fused: the\n"
+"                       same bits, less memory)\n"
 "  --seq-len-range A:B  transformers: each step draws its sequence length\n"
 "                       uniformly in [A, B] from (seed, step) and trains on\n"
 "                       the first T tokens of each sample (of B); B may not\n"
@@ -159,7 +162,7 @@ enum {
     OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_TRACE, OPT_EVAL_BATCHES,
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
-    OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION,
+    OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION, OPT_NO_FUSION,
 };
 
 static const struct option long_opts[] = {
@@ -208,6 +211,7 @@ static const struct option long_opts[] = {
     {"sync-every-op", no_argument, NULL, OPT_SYNC_EVERY_OP},
     {"check-streams", no_argument, NULL, OPT_CHECK_STREAMS},
     {"precision", required_argument, NULL, OPT_PRECISION},
+    {"no-fusion", no_argument, NULL, OPT_NO_FUSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -505,6 +509,7 @@ static int parse_args(int argc, char **argv, train_config *c,
             if (!delta_precision_parse(a, &c->model.precision))
                 return usage_error("--precision '%s': use fp32 or bf16", a);
             break;
+        case OPT_NO_FUSION: c->model.no_fusion = 1; break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);

@@ -141,6 +141,21 @@ DELTA_API delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
                               delta_tensor *running_mean,
                               delta_tensor *running_var, float momentum,
                               float eps);
+/* relu(delta_batchnorm(...)) as one op, and relu(delta_batchnorm(...) + r)
+ * with r of x's shape (N, C, H, W) or (N, C): the same bits, forward and
+ * backward, without the intermediate tensors. F32 only. Usually made by
+ * delta_ctx_fuse_batchnorm rather than called. Return y, x's shape. */
+DELTA_API delta_tensor *delta_batchnorm_relu(delta_ctx *ctx, delta_tensor *x,
+                                   delta_tensor *gamma, delta_tensor *beta,
+                                   delta_tensor *running_mean,
+                                   delta_tensor *running_var, float momentum,
+                                   float eps);
+DELTA_API delta_tensor *delta_batchnorm_add_relu(delta_ctx *ctx, delta_tensor *x,
+                                       delta_tensor *gamma, delta_tensor *beta,
+                                       delta_tensor *r,
+                                       delta_tensor *running_mean,
+                                       delta_tensor *running_var,
+                                       float momentum, float eps);
 /* Layer norm over the last dim of x (..., D); gamma, beta (D) or NULL. */
 DELTA_API delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
                               delta_tensor *gamma, delta_tensor *beta,
@@ -205,6 +220,20 @@ DELTA_API delta_tensor *delta_concat(delta_ctx *ctx, delta_tensor *const *xs, in
  * cast to BF16 for a product still gets an F32 gradient. Mixed precision
  * is built from this op: products take operands of one dtype. */
 DELTA_API delta_tensor *delta_cast(delta_ctx *ctx, delta_tensor *x, delta_dtype dtype);
+
+/* ---- passes ------------------------------------------------------------- */
+
+/* Fuses, in the forward ops recorded so far, every F32 batchnorm -> relu
+ * into batchnorm_relu and every batchnorm -> add(·, r) -> relu (the batch
+ * norm's output the add's first operand, r of its shape) into
+ * batchnorm_add_relu, where the intermediates have no other reader. The
+ * fused program computes the same bits, forward and backward, and never
+ * holds the intermediates. Call after the forward pass and before
+ * delta_backward (else DELTA_ERR_STATE). Ops and tensors are renumbered
+ * (ids change; parameters keep their initial values); the fused-away
+ * intermediates leave the program, and passing one to an op fails.
+ * Returns the number of chains fused, or -1 on error (in the ctx). */
+DELTA_API int delta_ctx_fuse_batchnorm(delta_ctx *ctx);
 
 /* ---- autograd and optimizers ------------------------------------------ */
 

@@ -183,7 +183,21 @@ static bool op_bwd(delta_ctx *ctx, grads *g, const delta_op *op,
         }
         return true;
     }
-    case DELTA_OP_BATCHNORM: {
+    case DELTA_OP_BATCHNORM:
+    case DELTA_OP_BATCHNORM_RELU:
+    case DELTA_OP_BATCHNORM_ADD_RELU: {
+        /* the fused forms take the unfused chain's backward ops: relu_bwd's
+         * mask from y (its output is the residual's gradient too), then
+         * batchnorm_bwd. A fused backward op would hold x, y, dy and dx at
+         * once, one activation more than either (ResNet-50's minimum budget
+         * rose by a third), to save one pass of eight. */
+        if (op->type != DELTA_OP_BATCHNORM) {
+            const delta_tensor *i2[] = {y, dy};
+            dy = bwd1(ctx, DELTA_OP_RELU_BWD, i2, 2, delta_attrs0(), y);
+            if (!dy || (op->type == DELTA_OP_BATCHNORM_ADD_RELU &&
+                        !grads_add(ctx, g, in[3], dy)))
+                return false;
+        }
         const delta_tensor *bi[] = {x, in[1], ctx->tensors[op->out[1]],
                                     ctx->tensors[op->out[2]], dy};
         const delta_tensor *likes[] = {x, in[1], in[2]};
@@ -263,7 +277,7 @@ static bool op_bwd(delta_ctx *ctx, grads *g, const delta_op *op,
     }
     case DELTA_OP_DROPOUT: {
         const delta_tensor *i1[] = {dy};
-        a.fwd_op = op->id;
+        a.fwd_op = delta_dropout_key_op(op);
         return grads_add(ctx, g, x,
                          bwd1(ctx, DELTA_OP_DROPOUT_BWD, i1, 1, a, x));
     }

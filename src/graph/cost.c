@@ -112,6 +112,14 @@ void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
     case DELTA_OP_LAYERNORM:
         flops = 8.0 * n_in;
         break;
+    /* the chain's flops (relu and add one a element); the bytes are the
+     * fused op's own, the intermediates never written or read again */
+    case DELTA_OP_BATCHNORM_RELU:
+        flops = 9.0 * n_in;
+        break;
+    case DELTA_OP_BATCHNORM_ADD_RELU:
+        flops = 10.0 * n_in;
+        break;
     case DELTA_OP_BATCHNORM_BWD:
     case DELTA_OP_LAYERNORM_BWD:
         flops = 12.0 * n_in;

@@ -18,7 +18,9 @@ delta_ctx *delta_ctx_new(void) {
 void delta_ctx_free(delta_ctx *ctx) {
     if (!ctx) return;
     for (int i = 0; i < ctx->n_tensors; i++) free(ctx->tensors[i]);
+    for (int i = 0; i < ctx->n_retired; i++) free(ctx->retired[i]);
     free(ctx->tensors);
+    free(ctx->retired);
     free(ctx->ops);
     free(ctx);
 }
@@ -99,6 +101,7 @@ delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
     if (!t) return delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
     t->ctx = ctx;
     t->id = ctx->n_tensors;
+    t->init_id = t->id;
     t->kind = kind;
     t->dtype = dtype;
     t->ndim = ndim;
@@ -224,13 +227,51 @@ delta_tensor *delta_op_add_output(delta_ctx *ctx, delta_op *op,
     return t;
 }
 
+bool delta_ctx_renumber_tensors(delta_ctx *ctx, const int *new_id) {
+    int n = ctx->n_tensors, keep = 0;
+    for (int i = 0; i < n; i++) keep += new_id[i] >= 0;
+    delta_tensor **order = malloc((size_t)(keep ? keep : 1) * sizeof *order);
+    if (!order ||
+        !grow((void **)&ctx->retired, &ctx->cap_retired,
+              ctx->n_retired + (n - keep), sizeof *ctx->retired)) {
+        free(order);
+        delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        delta_tensor *t = ctx->tensors[i];
+        if (new_id[i] >= 0) {
+            order[new_id[i]] = t;
+        } else {
+            t->id = -1;
+            ctx->retired[ctx->n_retired++] = t;
+        }
+    }
+    for (int i = 0; i < keep; i++) {
+        delta_tensor *t = order[i];
+        DELTA_ASSERT(t->view_of < 0 || new_id[t->view_of] >= 0);
+        DELTA_ASSERT(t->grad < 0 || new_id[t->grad] >= 0);
+        t->id = i;
+        if (t->view_of >= 0) t->view_of = new_id[t->view_of];
+        if (t->grad >= 0) t->grad = new_id[t->grad];
+        ctx->tensors[i] = t;
+    }
+    ctx->n_tensors = keep;
+    for (int o = 0; o < ctx->n_ops; o++) {
+        delta_op *op = &ctx->ops[o];
+        for (int i = 0; i < op->n_in; i++) op->in[i] = new_id[op->in[i]];
+        for (int i = 0; i < op->n_out; i++) op->out[i] = new_id[op->out[i]];
+        for (int i = 0; i < op->n_in; i++) DELTA_ASSERT(op->in[i] >= 0);
+        for (int i = 0; i < op->n_out; i++) DELTA_ASSERT(op->out[i] >= 0);
+    }
+    free(order);
+    return true;
+}
+
 void delta_ctx_move_casts_last(delta_ctx *ctx) {
     int n = ctx->n_tensors;
-    int *new_id = malloc((size_t)n * sizeof *new_id);
-    delta_tensor **order = malloc((size_t)n * sizeof *order);
-    if (!new_id || !order) {
-        free(new_id);
-        free(order);
+    int *new_id = malloc((size_t)(n ? n : 1) * sizeof *new_id);
+    if (!new_id) {
         delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
         return;
     }
@@ -240,22 +281,10 @@ void delta_ctx_move_casts_last(delta_ctx *ctx) {
             const delta_tensor *t = ctx->tensors[i];
             bool cast = t->producer >= 0 &&
                         ctx->ops[t->producer].type == DELTA_OP_CAST;
-            if (cast != (pass == 1)) continue;
-            new_id[i] = k;
-            order[k++] = ctx->tensors[i];
+            if (cast == (pass == 1)) new_id[i] = k++;
         }
-    for (int i = 0; i < n; i++) {
-        delta_tensor *t = order[i];
-        t->id = i;
-        if (t->view_of >= 0) t->view_of = new_id[t->view_of];
-        if (t->grad >= 0) t->grad = new_id[t->grad];
-        ctx->tensors[i] = t;
-    }
-    for (int o = 0; o < ctx->n_ops; o++) {
-        delta_op *op = &ctx->ops[o];
-        for (int i = 0; i < op->n_in; i++) op->in[i] = new_id[op->in[i]];
-        for (int i = 0; i < op->n_out; i++) op->out[i] = new_id[op->out[i]];
-    }
+    /* the FP32 program's ids, and so its initial values */
+    if (delta_ctx_renumber_tensors(ctx, new_id))
+        for (int i = 0; i < n; i++) ctx->tensors[i]->init_id = i;
     free(new_id);
-    free(order);
 }

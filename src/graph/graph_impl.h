@@ -59,6 +59,11 @@ typedef enum delta_op_type {
     DELTA_OP_ADAMW_UPDATE,   /* ins: p, g, m, v; outs: p, m, v */
     /* precision: forward, and its own backward (the other direction) */
     DELTA_OP_CAST,           /* ins: x; outs: y of dtype attrs.dtype */
+    /* fused batch norm (fuse.c; F32): the bits of the chains they replace */
+    DELTA_OP_BATCHNORM_RELU, /* ins: x, gamma, beta[, rmean, rvar]
+                                outs: y = relu(batchnorm(x)), mean, var */
+    DELTA_OP_BATCHNORM_ADD_RELU, /* ins: x, gamma, beta, r[, rmean, rvar]
+                                outs: y = relu(batchnorm(x) + r), mean, var */
     DELTA_OP_TYPE_COUNT
 } delta_op_type;
 
@@ -76,7 +81,9 @@ typedef struct delta_op_attrs {
     double count;          /* bn running update: elements per channel */
     float p;               /* dropout */
     float value;           /* fill, scale */
-    int fwd_op;            /* dropout_bwd: the forward op keying the RNG */
+    int fwd_op;            /* dropout_bwd: the forward op keying the RNG;
+                              dropout: its own id when it was made, once a
+                              pass renumbered it (-1: its id) */
     float lr, beta1, beta2, weight_decay, opt_eps; /* optimizers */
     int nesterov, has_momentum;
     int gelu_erf;          /* gelu: exact erf form instead of tanh */
@@ -117,12 +124,20 @@ struct delta_tensor {
     int grad;           /* id of d loss / d this, or -1 */
     bool requires_grad;
     delta_init init;
+    int init_id;        /* the key of its initial values (init.c): its id
+                           when made, kept when a pass renumbers tensors
+                           (fuse.c), so a parameter starts from the same
+                           values in the fused and the unfused program */
     char name[DELTA_NAME_LEN];
 };
 
 struct delta_ctx {
     delta_tensor **tensors; /* by id; each allocated once, so handles stay */
     int n_tensors, cap_tensors;
+    delta_tensor **retired; /* records a pass took out of the program (id
+                               -1): kept so stale handles stay readable and
+                               are refused as inputs; freed with the ctx */
+    int n_retired, cap_retired;
     delta_op *ops;          /* by id; referenced by id only, may move */
     int n_ops, cap_ops;
     delta_status status;
@@ -204,14 +219,27 @@ static inline size_t delta_bf16_gemm_workspace(int64_t m, int64_t n,
            delta_bf16_gemm_ws_round(mb * nb * f);
 }
 
+/* Renumbers tensors: new_id[i] is tensor i's new id (the kept tensors get
+ * 0..kept-1, each once) or -1 to take it out of the program. Views,
+ * gradients and op operands are remapped (none may refer to a tensor taken
+ * out); a tensor taken out is retired: its record stays allocated with id
+ * -1, and ops refuse it as an input. Handles stay valid; unnamed tensors
+ * keep their old "t<id>" names; init_id is left alone. false (ctx failed,
+ * nothing changed) when host memory runs out. */
+bool delta_ctx_renumber_tensors(delta_ctx *ctx, const int *new_id);
+
 /* Renumbers tensors so that the outputs of cast ops come after every
- * other tensor, each group in its old order (handles stay valid; ids,
- * views, gradients and op operands are remapped). A model built with casts
- * (BF16) then gives its parameters the ids the same model has without them
- * (FP32), and since initial values are drawn by tensor id, both precisions
- * start from the same weights. Unnamed tensors keep their old "t<id>"
- * names. */
+ * other tensor, each group in its old order, and makes each tensor's new
+ * id its init_id. A model built with casts (BF16) then gives its
+ * parameters the ids the same model has without them (FP32), so both
+ * precisions start from the same weights. */
 void delta_ctx_move_casts_last(delta_ctx *ctx);
+
+/* The op id a dropout op (or, in dropout_bwd, the dropout it undoes) keys
+ * its mask with: the id the dropout op was made with. */
+static inline int delta_dropout_key_op(const delta_op *op) {
+    return op->a.fwd_op >= 0 ? op->a.fwd_op : op->id;
+}
 
 /* Storage root of a tensor: itself, or the tensor it views. */
 static inline int delta_tensor_root(const delta_ctx *ctx, int id) {

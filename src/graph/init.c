@@ -1,5 +1,6 @@
 /* First values of tensors: a tensor's init spec drawn with the
- * counter-based RNG keyed by (seed, tensor id), so the simple executor,
+ * counter-based RNG keyed by (seed, tensor init_id: its id when it was
+ * made, which a renumbering pass keeps), so the simple executor,
  * the managed runtime and every backend start persistent tensors from the
  * same bits. */
 #include "graph/graph_impl.h"
@@ -28,7 +29,7 @@ void delta_init_fill(float *data, int64_t n, delta_init init, uint64_t seed,
 
 void delta_init_tensor(void *data, const delta_tensor *t, uint64_t seed) {
     if (t->dtype == DELTA_F32 && t->init.kind != DELTA_INIT_NONE)
-        delta_init_fill(data, t->numel, t->init, seed, t->id);
+        delta_init_fill(data, t->numel, t->init, seed, t->init_id);
     else
         memset(data, 0, t->bytes);
 }

@@ -52,6 +52,8 @@ static const char *op_type_names[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_SGD_UPDATE] = "sgd_update",
     [DELTA_OP_ADAMW_UPDATE] = "adamw_update",
     [DELTA_OP_CAST] = "cast",
+    [DELTA_OP_BATCHNORM_RELU] = "batchnorm_relu",
+    [DELTA_OP_BATCHNORM_ADD_RELU] = "batchnorm_add_relu",
 };
 
 const char *delta_op_type_name(delta_op_type t) {
@@ -80,6 +82,15 @@ bool delta_check_inputs(delta_ctx *ctx, const char *what,
         if (ins[i]->ctx != ctx) {
             delta_ctx_fail(ctx, DELTA_ERR_INVALID_ARG,
                            "%s: input %d ('%s') belongs to another context",
+                           what, i, ins[i]->name);
+            return false;
+        }
+        if (ins[i]->id < 0) {
+            delta_ctx_fail(ctx, DELTA_ERR_INVALID_ARG,
+                           "%s: input %d ('%s') is no longer in the program: "
+                           "delta_ctx_fuse_batchnorm fused the ops around it "
+                           "away; use the fused op's output, or fuse after "
+                           "the graph is complete",
                            what, i, ins[i]->name);
             return false;
         }
@@ -244,52 +255,79 @@ delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
                      shape);
 }
 
-delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
+/* Batch norm and its fused forms (type BATCHNORM, BATCHNORM_RELU or,
+ * with r, BATCHNORM_ADD_RELU): the checks, the op with inputs x, gamma,
+ * beta[, r][, running_mean, running_var] and outputs y, mean, var, and the
+ * running-statistics update after it. */
+static delta_tensor *bn_build(delta_ctx *ctx, delta_op_type type,
+                              const char *what, delta_tensor *x,
                               delta_tensor *gamma, delta_tensor *beta,
-                              delta_tensor *running_mean,
+                              delta_tensor *r, delta_tensor *running_mean,
                               delta_tensor *running_var, float momentum,
                               float eps) {
-    INPUTS("batchnorm", x, gamma, beta);
+    INPUTS(what, x, gamma, beta);
     char sx[96], sg[96];
     if (!is_float(x) || !is_f32(gamma) || !is_f32(beta))
-        DTYPE_FAIL("batchnorm", "x is %s, gamma %s, beta %s; expected x F32 "
+        DTYPE_FAIL(what, "x is %s, gamma %s, beta %s; expected x F32 "
                    "or BF16 and F32 gamma and beta (statistics are fp32)",
                    delta_dtype_name(x->dtype), delta_dtype_name(gamma->dtype),
                    delta_dtype_name(beta->dtype));
+    if (type != DELTA_OP_BATCHNORM && !is_f32(x))
+        DTYPE_FAIL(what, "x is %s; the fused batch norms take F32 only (use "
+                   "delta_batchnorm, delta_add and delta_relu)",
+                   delta_dtype_name(x->dtype));
     if (x->ndim != 4 && x->ndim != 2)
-        SHAPE_FAIL("batchnorm: input %s; expected (N, C, H, W) or (N, C)",
+        SHAPE_FAIL("%s: input %s; expected (N, C, H, W) or (N, C)", what,
                    delta_shape_str(x, sx, sizeof sx));
     int64_t c = x->shape[1];
     if (gamma->ndim != 1 || gamma->shape[0] != c || beta->ndim != 1 ||
         beta->shape[0] != c)
-        SHAPE_FAIL("batchnorm: gamma %s / beta do not fit input %s; expected "
-                   "(%lld)", delta_shape_str(gamma, sg, sizeof sg),
+        SHAPE_FAIL("%s: gamma %s / beta do not fit input %s; expected "
+                   "(%lld)", what, delta_shape_str(gamma, sg, sizeof sg),
                    delta_shape_str(x, sx, sizeof sx), (long long)c);
+    if (type == DELTA_OP_BATCHNORM_ADD_RELU) {
+        const delta_tensor *rs[] = {r};
+        if (!delta_check_inputs(ctx, what, rs, 1)) return NULL;
+        bool same = r->dtype == x->dtype && r->ndim == x->ndim;
+        for (int i = 0; same && i < x->ndim; i++)
+            same = r->shape[i] == x->shape[i];
+        if (!same)
+            SHAPE_FAIL("%s: r %s %s must have x's shape and dtype %s %s",
+                       what, delta_shape_str(r, sg, sizeof sg),
+                       delta_dtype_name(r->dtype),
+                       delta_shape_str(x, sx, sizeof sx),
+                       delta_dtype_name(x->dtype));
+    }
     if (!running_mean != !running_var)
         return delta_ctx_fail(ctx, DELTA_ERR_INVALID_ARG,
-                              "batchnorm: give both running_mean and "
-                              "running_var, or neither");
+                              "%s: give both running_mean and running_var, "
+                              "or neither", what);
     if (running_mean) {
         const delta_tensor *rs[] = {running_mean, running_var};
-        if (!delta_check_inputs(ctx, "batchnorm", rs, 2)) return NULL;
+        if (!delta_check_inputs(ctx, what, rs, 2)) return NULL;
         if (running_mean->kind != DELTA_KIND_STATE ||
             running_var->kind != DELTA_KIND_STATE ||
             running_mean->numel != c || running_var->numel != c)
-            SHAPE_FAIL("batchnorm: running stats must be STATE tensors of "
-                       "%lld elements", (long long)c);
+            SHAPE_FAIL("%s: running stats must be STATE tensors of %lld "
+                       "elements", what, (long long)c);
     }
     if (eps <= 0 || !(momentum >= 0 && momentum <= 1))
         return delta_ctx_fail(ctx, DELTA_ERR_INVALID_ARG,
-                              "batchnorm: eps %g must be > 0 and momentum %g "
-                              "in [0, 1]", eps, momentum);
+                              "%s: eps %g must be > 0 and momentum %g in "
+                              "[0, 1]", what, eps, momentum);
     delta_op_attrs a = delta_attrs0();
     a.eps = eps;
     a.momentum = momentum;
     a.count = (double)x->numel / (double)c;
     /* The running stats are inputs too: eval mode normalizes with them. */
-    const delta_tensor *bins[5] = {x, gamma, beta, running_mean, running_var};
-    delta_op *op = delta_op_append(ctx, DELTA_OP_BATCHNORM, bins,
-                                   running_mean ? 5 : 3);
+    const delta_tensor *bins[6] = {x, gamma, beta};
+    int n_in = 3;
+    if (r) bins[n_in++] = r;
+    if (running_mean) {
+        bins[n_in++] = running_mean;
+        bins[n_in++] = running_var;
+    }
+    delta_op *op = delta_op_append(ctx, type, bins, n_in);
     if (!op) return NULL;
     op->a = a;
     int id = op->id;
@@ -315,6 +353,35 @@ delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
         delta_op_set_cost(ctx, u);
     }
     return y;
+}
+
+delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
+                              delta_tensor *gamma, delta_tensor *beta,
+                              delta_tensor *running_mean,
+                              delta_tensor *running_var, float momentum,
+                              float eps) {
+    return bn_build(ctx, DELTA_OP_BATCHNORM, "batchnorm", x, gamma, beta,
+                    NULL, running_mean, running_var, momentum, eps);
+}
+
+delta_tensor *delta_batchnorm_relu(delta_ctx *ctx, delta_tensor *x,
+                                   delta_tensor *gamma, delta_tensor *beta,
+                                   delta_tensor *running_mean,
+                                   delta_tensor *running_var, float momentum,
+                                   float eps) {
+    return bn_build(ctx, DELTA_OP_BATCHNORM_RELU, "batchnorm_relu", x, gamma,
+                    beta, NULL, running_mean, running_var, momentum, eps);
+}
+
+delta_tensor *delta_batchnorm_add_relu(delta_ctx *ctx, delta_tensor *x,
+                                       delta_tensor *gamma, delta_tensor *beta,
+                                       delta_tensor *r,
+                                       delta_tensor *running_mean,
+                                       delta_tensor *running_var,
+                                       float momentum, float eps) {
+    return bn_build(ctx, DELTA_OP_BATCHNORM_ADD_RELU, "batchnorm_add_relu",
+                    x, gamma, beta, r, running_mean, running_var, momentum,
+                    eps);
 }
 
 delta_tensor *delta_layernorm(delta_ctx *ctx, delta_tensor *x,
@@ -666,6 +733,9 @@ delta_tensor *delta_transpose(delta_ctx *ctx, delta_tensor *x, int d0, int d1) {
 
 delta_status delta_split(delta_ctx *ctx, delta_tensor *x, int dim, int n,
                          delta_tensor **out) {
+    /* a failed split leaves NULL parts, which the next op refuses with a
+     * message, never pointers it would follow */
+    for (int i = 0; out && i < n && i < DELTA_MAX_OP_OUT; i++) out[i] = NULL;
     const delta_tensor *ins[1] = {x};
     if (!delta_check_inputs(ctx, "split", ins, 1)) return ctx->status;
     char sx[96];

@@ -149,6 +149,9 @@ static void check_resnet(checker *c, delta_model_config *m) {
     check_image(c, m, 224, 3, 1000);
     unused(c, "mlp_hidden", m->mlp_hidden);
     field(c, "width", &m->width, 64, 1);
+    if (m->no_fusion != 0 && m->no_fusion != 1)
+        fail(c, "no_fusion is %d; use 0 (fuse batch norm, add and ReLU) or 1",
+             m->no_fusion);
     if (c->st != DELTA_OK) return;
     /* Batch norm in training mode needs two values per channel (PyTorch
      * refuses one); the fewest are at layer4: stem /4, then three /2. */
@@ -229,6 +232,7 @@ delta_status delta_model_resolve(const delta_model_config *cfg,
     if ((unsigned)m.precision >= DELTA_PRECISION_COUNT)
         fail(&c, "precision is %d; use DELTA_PRECISION_FP32 or "
              "DELTA_PRECISION_BF16", (int)m.precision);
+    if (p->fam != FAMILY_RESNET) unused(&c, "no_fusion", m.no_fusion);
     switch (p->fam) {
     case FAMILY_MLP: check_mlp(&c, &m); break;
     case FAMILY_RESNET: check_resnet(&c, &m); break;
@@ -270,6 +274,11 @@ delta_status delta_model_build(delta_ctx *ctx, const delta_model_config *cfg,
     if (m.precision == DELTA_PRECISION_BF16 &&
         delta_ctx_status(ctx) == DELTA_OK)
         delta_ctx_move_casts_last(ctx);
+    /* batch norm + ReLU (+ the residual add) as one op: the same bits
+     * without the intermediates (parameters keep their initial values) */
+    if (p->fam == FAMILY_RESNET && !m.no_fusion &&
+        delta_ctx_status(ctx) == DELTA_OK)
+        delta_ctx_fuse_batchnorm(ctx);
     st = delta_ctx_status(ctx);
     if (st == DELTA_OK && !out->loss)
         st = DELTA_ERR_STATE; /* a builder bug: no loss and no error */

@@ -112,13 +112,16 @@ delta_status delta_exec_run(delta_exec *ex, delta_run_mode mode) {
 }
 
 void *delta_exec_data(delta_exec *ex, const delta_tensor *t) {
-    DELTA_ASSERT(t && t->id < ex->n_tensors);
+    DELTA_ASSERTF(t && t->id >= 0 && t->id < ex->n_tensors,
+                  "not a tensor of the executor's program%s",
+                  t && t->id < 0 ? " (delta_ctx_fuse_batchnorm fused it away)"
+                                 : "");
     return ex->data[t->id];
 }
 
 delta_status delta_exec_set(delta_exec *ex, const delta_tensor *t,
                             const void *data, size_t bytes) {
-    if (!t || t->id >= ex->n_tensors || bytes != t->bytes)
+    if (!t || t->id < 0 || t->id >= ex->n_tensors || bytes != t->bytes)
         return DELTA_ERR_INVALID_ARG;
     memcpy(ex->data[t->id], data, bytes);
     return DELTA_OK;

@@ -125,9 +125,11 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
     s->trace = o->trace;
     for (int k = 0; k < o->n_outputs; k++) {
         const delta_tensor *t = o->outputs[k];
-        if (!t || t->ctx != ctx) {
+        if (!t || t->ctx != ctx || t->id < 0) {
             *status = DELTA_ERR_INVALID_ARG;
-            fail(s, err, err_len, "output %d is not a tensor of this graph", k);
+            fail(s, err, err_len, "output %d is not a tensor of this graph%s",
+                 k, t && t->id < 0 ? " any more: delta_ctx_fuse_batchnorm "
+                 "fused it away" : "");
             goto fail;
         }
     }
@@ -210,8 +212,10 @@ delta_status delta_session_run(delta_session *s, delta_run_mode mode,
 
 static delta_status access_check(delta_session *s, const delta_tensor *t,
                                  size_t bytes) {
-    if (!t || t->ctx != s->ctx || t->id >= s->ctx->n_tensors) {
-        fail(s, NULL, 0, "not a tensor of this session's graph");
+    if (!t || t->ctx != s->ctx || t->id < 0 || t->id >= s->ctx->n_tensors) {
+        fail(s, NULL, 0, "not a tensor of this session's graph%s",
+             t && t->id < 0 ? " any more: delta_ctx_fuse_batchnorm fused it "
+             "away" : "");
         return DELTA_ERR_INVALID_ARG;
     }
     if (bytes != t->bytes) {

@@ -48,6 +48,8 @@ static const delta_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_SGD_UPDATE] = delta_k_sgd_update,
     [DELTA_OP_ADAMW_UPDATE] = delta_k_adamw_update,
     [DELTA_OP_CAST] = delta_k_cast,
+    [DELTA_OP_BATCHNORM_RELU] = delta_k_batchnorm_relu,
+    [DELTA_OP_BATCHNORM_ADD_RELU] = delta_k_batchnorm_add_relu,
 };
 
 static const delta_kernel_fn bf16_kernels[DELTA_OP_TYPE_COUNT] = {

@@ -224,7 +224,7 @@ static void dropout_apply(const delta_kargs *k, int op_id, const float *x,
 }
 
 void delta_k_dropout(const delta_kargs *k) {
-    dropout_apply(k, k->op->id, k->in[0], k->out[0]);
+    dropout_apply(k, delta_dropout_key_op(k->op), k->in[0], k->out[0]);
 }
 
 void delta_k_dropout_bwd(const delta_kargs *k) {

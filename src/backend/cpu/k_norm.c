@@ -1,5 +1,12 @@
 /* Normalization kernels: batch norm (training and eval), its gradient and
- * running-statistics update; layer norm and its gradient.
+ * running-statistics update, the fused batch norm + ReLU and batch norm +
+ * add + ReLU; layer norm and its gradient.
+ *
+ * The fused kernels are the batch norm kernel with the chain's elementwise
+ * steps folded into its last loop: each element goes through the float
+ * operations the unfused ops do, in their order (y = x·scale + shift, + r,
+ * then relu), so fused and unfused give the same bits. Their gradient is
+ * the chain's: relu_bwd and batchnorm_bwd (autograd.c).
  *
  * Statistics are accumulated in double (layer norm's short rows: in float
  * lanes combined in double), each one by a single thread in a fixed order
@@ -100,15 +107,43 @@ static inline double fsum_sq_dev(const float *p, int64_t n, float m) {
     return flanes_total(a);
 }
 
-void delta_k_batchnorm(const delta_kargs *k) {
-    /* ins: x, gamma, beta[, rmean, rvar]; outs: y, mean, var */
+/* y = x·sc + sh, then + r (when r is given: always followed by relu),
+ * then relu: the unfused chain's float operations, in its order. */
+static inline __attribute__((always_inline)) float
+bn_epilogue(float v, const float *r, int64_t i, bool relu) {
+    if (r) v = v + r[i];
+    return relu && v < 0.0f ? 0.0f : v;
+}
+
+static inline __attribute__((always_inline)) void
+bn_apply(const float *x, const float *r, float *y, int64_t n, float sc,
+         float sh, bool relu) {
+    if (r) {
+        SIMD
+        for (int64_t i = 0; i < n; i++)
+            y[i] = bn_epilogue(x[i] * sc + sh, r, i, true);
+    } else if (relu) {
+        SIMD
+        for (int64_t i = 0; i < n; i++)
+            y[i] = bn_epilogue(x[i] * sc + sh, NULL, i, true);
+    } else {
+        SIMD
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * sc + sh;
+    }
+}
+
+/* Batch norm (relu: then relu; r: then + r and relu). ins: x, gamma, beta,
+ * [r,] [rmean, rvar]; outs: y, mean, var. */
+static void bn_forward(const delta_kargs *k, bool has_r, bool relu) {
     const bn_shape s = bn_shape_of(k->in_t[0]);
     const float *x = k->in[0], *gamma = k->in[1], *beta = k->in[2];
+    const float *r = has_r ? k->in[3] : NULL;
+    const int ri = has_r ? 4 : 3; /* the running stats' first input */
     float *y = k->out[0], *mean = k->out[1], *var = k->out[2];
     const double eps = k->op->a.eps;
-    const bool use_running = !k->env->training && k->op->n_in >= 5;
-    const float *rmean = use_running ? k->in[3] : NULL;
-    const float *rvar = use_running ? k->in[4] : NULL;
+    const bool use_running = !k->env->training && k->op->n_in >= ri + 2;
+    const float *rmean = use_running ? k->in[ri] : NULL;
+    const float *rvar = use_running ? k->in[ri + 1] : NULL;
     const int64_t count = s.n * s.hw;
     const int64_t C = s.c, hw = s.hw;
     PAR_FOR(C * count >= PAR_MIN)
@@ -134,10 +169,8 @@ void delta_k_batchnorm(const delta_kargs *k) {
         float sc = (float)(gamma[c] * rstd);
         float sh = (float)(beta[c] - m * gamma[c] * rstd);
         for (int64_t n = 0; n < s.n; n++) {
-            const float *xp = x + (n * C + c) * hw;
-            float *yp = y + (n * C + c) * hw;
-            SIMD
-            for (int64_t i = 0; i < hw; i++) yp[i] = xp[i] * sc + sh;
+            const int64_t o = (n * C + c) * hw;
+            bn_apply(x + o, r ? r + o : NULL, y + o, hw, sc, sh, relu);
         }
     }
     if (hw != 1) return;
@@ -146,6 +179,7 @@ void delta_k_batchnorm(const delta_kargs *k) {
     PAR_FOR(C * count >= PAR_MIN)
     for (int64_t n = 0; n < s.n; n++) {
         const float *xp = x + n * C;
+        const float *rp = r ? r + n * C : NULL;
         float *yp = y + n * C;
         for (int64_t c = 0; c < C; c++) {
             double m = use_running ? (double)rmean[c] : (double)mean[c];
@@ -153,9 +187,19 @@ void delta_k_batchnorm(const delta_kargs *k) {
             double rstd = 1.0 / sqrt(v + eps);
             float sc = (float)(gamma[c] * rstd);
             float sh = (float)(beta[c] - m * gamma[c] * rstd);
-            yp[c] = xp[c] * sc + sh;
+            yp[c] = bn_epilogue(xp[c] * sc + sh, rp, c, relu);
         }
     }
+}
+
+void delta_k_batchnorm(const delta_kargs *k) { bn_forward(k, false, false); }
+
+void delta_k_batchnorm_relu(const delta_kargs *k) {
+    bn_forward(k, false, true);
+}
+
+void delta_k_batchnorm_add_relu(const delta_kargs *k) {
+    bn_forward(k, true, true);
 }
 
 void delta_k_bn_running_update(const delta_kargs *k) {

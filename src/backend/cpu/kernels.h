@@ -81,6 +81,10 @@ void delta_k_global_avgpool_bwd(const delta_kargs *k);
 /* k_norm.c */
 void delta_k_batchnorm(const delta_kargs *k);
 void delta_k_batchnorm_bwd(const delta_kargs *k);
+/* The fused forms (fuse.c): the bits of batchnorm -> relu and batchnorm
+ * -> add -> relu. */
+void delta_k_batchnorm_relu(const delta_kargs *k);
+void delta_k_batchnorm_add_relu(const delta_kargs *k);
 void delta_k_bn_running_update(const delta_kargs *k);
 void delta_k_layernorm(const delta_kargs *k);
 void delta_k_layernorm_bwd(const delta_kargs *k);

@@ -49,13 +49,16 @@ static const cu_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     delta_cu_sgd_update,        /* SGD_UPDATE */
     delta_cu_adamw_update,      /* ADAMW_UPDATE */
     delta_cu_cast,              /* CAST */
+    delta_cu_batchnorm_relu,    /* BATCHNORM_RELU */
+    delta_cu_batchnorm_add_relu, /* BATCHNORM_ADD_RELU */
 };
 
 /* The table follows the enum: these pin a few entries so that a new op
  * type inserted without a kernel here fails the build. */
-static_assert(DELTA_OP_TYPE_COUNT == 43, "a new op type needs a CUDA kernel");
+static_assert(DELTA_OP_TYPE_COUNT == 45, "a new op type needs a CUDA kernel");
 static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
-                  DELTA_OP_ADAMW_UPDATE == 41 && DELTA_OP_CAST == 42,
+                  DELTA_OP_ADAMW_UPDATE == 41 && DELTA_OP_CAST == 42 &&
+                  DELTA_OP_BATCHNORM_ADD_RELU == 44,
               "delta_op_type changed order: update the CUDA dispatch table");
 
 /* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes, as

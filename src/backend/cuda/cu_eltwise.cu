@@ -158,7 +158,7 @@ static void dropout_apply(const delta_cuda_kctx *c, const delta_kargs *k,
     CU_LAUNCH(dropout_k, c, n, x, y, n, key, k->op->a.p);
 }
 void delta_cu_dropout(const delta_cuda_kctx *c, const delta_kargs *k) {
-    dropout_apply(c, k, k->op->id);
+    dropout_apply(c, k, delta_dropout_key_op(k->op));
 }
 void delta_cu_dropout_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
     DELTA_ASSERTF(k->op->a.fwd_op >= 0, "dropout_bwd op %d has no forward op",

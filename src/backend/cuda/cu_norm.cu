@@ -1,26 +1,29 @@
 /* Normalization on the GPU: batch norm (training and eval), its gradient
- * and running-statistics update; layer norm and its gradient. The formulas
- * are those of src/backend/cpu/k_norm.c; every reduction is in double and
- * in an order fixed by the shape alone, so a run is reproducible bit for
- * bit on any GPU. The order differs from the CPU's, so results agree with
- * it to rounding.
+ * and running-statistics update, the fused batch norm + ReLU and batch
+ * norm + add + ReLU; layer norm and its gradient. The formulas are those
+ * of src/backend/cpu/k_norm.c; every reduction is in double and in an
+ * order fixed by the shape alone, so a run is reproducible bit for bit on
+ * any GPU. The order differs from the CPU's, so results agree with it to
+ * rounding.
  *
  * Batch norm is memory-bound: it streams x (and dy) two or three times and
  * does a few flops per element. Channel c's count = N·hw elements are cut
  * into chunks of a length that depends only on count (bn_split_of), and
- * each op is three launches: a block per (channel, chunk) reduces its chunk
- * into the backend's scratch buffer (forward: the chunk's mean and sum of
- * squared deviations M2, in double, from sums shifted by the chunk's first
- * element; backward: Σdy and Σdy(x - mean)); one thread per channel merges
- * its chunks in chunk order (forward: Chan's pairwise formula) and turns
- * the statistics into per-channel coefficients; a block per (channel,
- * chunk) again writes y (or dx). Blocks walk their chunk with 32-bit
- * indices (64-bit when the tensor has 2^31 elements or more), four
- * consecutive elements a thread (float4 loads when the plane size is a
- * multiple of 4) and BN_UNROLL loads in flight; the walk steps its
- * (image, offset) position by additions, no division per element. Layer
- * norm: a block per row; its dgamma/dbeta: a fixed column-block /
- * row-lane split. */
+ * each op is three launches: a block per (channel, chunk) reduces its
+ * chunk into the backend's scratch buffer (forward: the chunk's mean and
+ * sum of squared deviations M2, in double, from sums shifted by the
+ * chunk's first element; backward: Σdy and Σdy(x - mean)); one thread per
+ * channel merges its chunks in chunk order (forward: Chan's pairwise
+ * formula) and turns the statistics into per-channel coefficients; a block
+ * per (channel, chunk) again writes y or dx (the fused forms add r and
+ * apply relu there with cu_eltwise.cu's float operations, so they give the
+ * unfused chain's bits). Blocks walk their chunk with 32-bit indices
+ * (64-bit when the tensor has 2^31 elements or more), a thread taking four
+ * consecutive elements at a time when the plane size is a multiple of 4
+ * (one float4 access when aligned), else one, with BN_UNROLL steps' loads
+ * in flight; the walk steps its (image, offset) position by additions, no
+ * division per element. Layer norm: a block per row; its dgamma/dbeta: a
+ * fixed column-block / row-lane split. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/kernel_shapes.h"
 
@@ -87,29 +90,6 @@ template <typename I> struct bn_cursor {
     }
 };
 
-/* Calls f(off, in) for each group of BN_UNROLL steps of this thread over
- * [e0, e1): off[u] the element offsets of step u, in[u] whether it is in
- * the chunk. Thread t takes elements e0 + t·V + k·BN_THREADS·V (V each). */
-template <typename I, int V, typename F>
-__device__ static inline void bn_walk(const bn_geo<I, V> &g, I ch, I e0, I e1,
-                                      F &&f) {
-    const I step = (I)BN_THREADS * V;
-    I e = e0 + (I)threadIdx.x * V;
-    if (e >= e1) return;
-    bn_cursor<I> cur(e, step, g, ch);
-    for (; e < e1; e += (I)BN_UNROLL * step) {
-        I off[BN_UNROLL];
-        bool in[BN_UNROLL];
-#pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++) {
-            in[u] = e + (I)u * step < e1;
-            off[u] = cur.off();
-            cur.next();
-        }
-        f(off, in);
-    }
-}
-
 template <int V>
 __device__ static inline void bn_ld(const float *p, bool vec, float *o) {
     if constexpr (V == 4) {
@@ -150,6 +130,40 @@ template <typename I> struct bn_block {
     }
 };
 
+/* This thread's part of the block's chunk, in order: thread t takes V
+ * elements at e0 + t·V + k·BN_THREADS·V, k = 0, 1, ... For BN_UNROLL steps
+ * at a time it loads the V elements of each of the first NIN operands
+ * src[s] at every step (all loads in flight together), then calls f(off, v)
+ * per step in order: off the step's element offset, v[s][j] the values (f
+ * may overwrite them, e.g. to store them). */
+template <int NIN, typename I, int V, typename F>
+__device__ static inline void bn_walk(const bn_geo<I, V> &g,
+                                      const bn_block<I> &bk,
+                                      const float *const *src, F &&f) {
+    const I step = (I)BN_THREADS * V;
+    I e = bk.e0 + (I)threadIdx.x * V;
+    if (e >= bk.e1) return;
+    bn_cursor<I> cur(e, step, g, bk.c);
+    for (; e < bk.e1; e += (I)BN_UNROLL * step) {
+        I off[BN_UNROLL];
+        bool in[BN_UNROLL];
+        float v[BN_UNROLL][NIN][V];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL; u++) {
+            in[u] = e + (I)u * step < bk.e1;
+            off[u] = cur.off();
+            cur.next();
+            if (in[u])
+#pragma unroll
+                for (int s = 0; s < NIN; s++)
+                    bn_ld<V>(src[s] + off[u], g.vec, v[u][s]);
+        }
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL; u++)
+            if (in[u]) f(off[u], v[u]);
+    }
+}
+
 /* Forward partials: the chunk's mean and M2 = Σ (x - mean)², from sums of
  * d = x - x[e0] (shifted by a value of the chunk, the sums lose nothing
  * that matters in double; M2 is clamped at 0 against rounding). */
@@ -159,21 +173,15 @@ __global__ static void __launch_bounds__(BN_THREADS)
     __shared__ double buf[BN_THREADS];
     const bn_block<I> bk(g);
     const double k0 = x[(bk.e0 / g.hw * g.c + bk.c) * g.hw + bk.e0 % g.hw];
+    const float *const src[] = {x};
     double s1 = 0, s2 = 0;
-    bn_walk(g, bk.c, bk.e0, bk.e1, [&](const I *off, const bool *in) {
-        float v[BN_UNROLL][V];
+    bn_walk<1>(g, bk, src, [&](I, float(&v)[1][V]) {
 #pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u]) bn_ld<V>(x + off[u], g.vec, v[u]);
-#pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u])
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    double d = (double)v[u][j] - k0;
-                    s1 += d;
-                    s2 += d * d;
-                }
+        for (int j = 0; j < V; j++) {
+            double d = (double)v[0][j] - k0;
+            s1 += d;
+            s2 += d * d;
+        }
     });
     s1 = cu_block_sum(s1, buf);
     s2 = cu_block_sum(s2, buf);
@@ -228,24 +236,35 @@ __global__ static void bn_merge_k(const double *part, int64_t p, int64_t len,
     coef[2 * c + 1] = (float)(beta[c] - m * gamma[c] * rstd);
 }
 
-/* y = x·scale + shift */
-template <typename I, int V>
+/* What the forward writes: batch norm alone, then relu, or then + r and
+ * relu. */
+enum { BN_PLAIN = 0, BN_RELU = 1, BN_ADD_RELU = 2 };
+
+/* y = x·scale + shift (then + r, then relu): the unfused kernels' float
+ * operations in their order (cu_eltwise.cu's add and relu), so the fused
+ * ops give the unfused chain's bits. v[0] is x, v[1] r. */
+template <int EPI, int V, int NIN>
+__device__ static inline float bn_out(const float (&v)[NIN][V], int j,
+                                      float sc, float sh) {
+    float y = v[0][j] * sc + sh;
+    if constexpr (EPI == BN_ADD_RELU) y = y + v[NIN - 1][j];
+    if constexpr (EPI != BN_PLAIN) y = y < 0.0f ? 0.0f : y;
+    return y;
+}
+
+template <int EPI, typename I, int V>
 __global__ static void __launch_bounds__(BN_THREADS)
-    bn_apply_k(const float *x, float *y, bn_geo<I, V> g, const float *coef) {
+    bn_apply_k(const float *x, const float *r, float *y, bn_geo<I, V> g,
+               const float *coef) {
     const bn_block<I> bk(g);
     const float sc = coef[2 * bk.cl], sh = coef[2 * bk.cl + 1];
-    bn_walk(g, bk.c, bk.e0, bk.e1, [&](const I *off, const bool *in) {
-        float v[BN_UNROLL][V];
+    const float *const src[] = {x, r};
+    constexpr int NIN = EPI == BN_ADD_RELU ? 2 : 1;
+    bn_walk<NIN>(g, bk, src, [&](I off, float(&v)[NIN][V]) {
+        float o[V];
 #pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u]) bn_ld<V>(x + off[u], g.vec, v[u]);
-#pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u]) {
-#pragma unroll
-                for (int j = 0; j < V; j++) v[u][j] = v[u][j] * sc + sh;
-                bn_st<V>(y + off[u], g.vec, v[u]);
-            }
+        for (int j = 0; j < V; j++) o[j] = bn_out<EPI>(v, j, sc, sh);
+        bn_st<V>(y + off, g.vec, o);
     });
 }
 
@@ -257,24 +276,15 @@ __global__ static void __launch_bounds__(BN_THREADS)
     __shared__ double buf[BN_THREADS];
     const bn_block<I> bk(g);
     const double m = mean[bk.c];
+    const float *const src[] = {x, dy};
     double a1 = 0, a2 = 0;
-    bn_walk(g, bk.c, bk.e0, bk.e1, [&](const I *off, const bool *in) {
-        float xv[BN_UNROLL][V], dv[BN_UNROLL][V];
+    bn_walk<2>(g, bk, src, [&](I, float(&v)[2][V]) {
 #pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u]) {
-                bn_ld<V>(x + off[u], g.vec, xv[u]);
-                bn_ld<V>(dy + off[u], g.vec, dv[u]);
-            }
-#pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u])
-#pragma unroll
-                for (int j = 0; j < V; j++) {
-                    const double d = dv[u][j];
-                    a1 += d;
-                    a2 += d * ((double)xv[u][j] - m);
-                }
+        for (int j = 0; j < V; j++) {
+            const double d = v[1][j];
+            a1 += d;
+            a2 += d * ((double)v[0][j] - m);
+        }
     });
     a1 = cu_block_sum(a1, buf);
     a2 = cu_block_sum(a2, buf);
@@ -322,22 +332,12 @@ __global__ static void __launch_bounds__(BN_THREADS)
     const bn_block<I> bk(g);
     const float *k = coef + 4 * bk.cl;
     const float fa = k[0], fb = k[1], fe = k[2], fm = k[3];
-    bn_walk(g, bk.c, bk.e0, bk.e1, [&](const I *off, const bool *in) {
-        float xv[BN_UNROLL][V], dv[BN_UNROLL][V];
+    const float *const src[] = {x, dy};
+    bn_walk<2>(g, bk, src, [&](I off, float(&v)[2][V]) {
 #pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u]) {
-                bn_ld<V>(x + off[u], g.vec, xv[u]);
-                bn_ld<V>(dy + off[u], g.vec, dv[u]);
-            }
-#pragma unroll
-        for (int u = 0; u < BN_UNROLL; u++)
-            if (in[u]) {
-#pragma unroll
-                for (int j = 0; j < V; j++)
-                    xv[u][j] = fa * dv[u][j] + fb * (xv[u][j] - fm) + fe;
-                bn_st<V>(dx + off[u], g.vec, xv[u]);
-            }
+        for (int j = 0; j < V; j++)
+            v[0][j] = fa * v[1][j] + fb * (v[0][j] - fm) + fe;
+        bn_st<V>(dx + off, g.vec, v[0]);
     });
 }
 
@@ -353,12 +353,10 @@ typedef struct bn_plan {
     float *coef;
 } bn_plan;
 
-static bool bn_aligned(const void *p) {
-    return p == NULL || ((uintptr_t)p & 15) == 0;
-}
-
+/* ptrs: the n element arrays the launches read or write (NULL ones are
+ * not accessed); float4 accesses when all are 16-byte aligned. */
 static bn_plan bn_plan_of(const delta_cuda_kctx *c, const delta_tensor *xt,
-                          const void *p0, const void *p1, const void *p2) {
+                          const void *const *ptrs, int n) {
     bn_plan pl;
     pl.s = bn_shape_of(xt);
     pl.sp = bn_split_of(&pl.s);
@@ -369,7 +367,8 @@ static bn_plan bn_plan_of(const delta_cuda_kctx *c, const delta_tensor *xt,
                   (long long)pl.sp.p);
     if (pl.group > pl.s.c) pl.group = pl.s.c;
     pl.wide = xt->numel >= ((int64_t)1 << 31);
-    pl.vec = pl.sp.v == 4 && bn_aligned(p0) && bn_aligned(p1) && bn_aligned(p2);
+    pl.vec = pl.sp.v == 4;
+    for (int i = 0; i < n; i++) pl.vec &= ((uintptr_t)ptrs[i] & 15) == 0;
     pl.part = (double *)c->scratch;
     pl.coef = (float *)((char *)c->scratch +
                         (size_t)pl.group * pl.sp.p * 2 * sizeof(double));
@@ -406,16 +405,22 @@ static unsigned bn_merge_blocks(int64_t nch) {
     return (unsigned)((nch + NORM_THREADS - 1) / NORM_THREADS);
 }
 
-void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const bool running = !k->env->training && k->op->n_in >= 5;
+/* batchnorm, batchnorm_relu and batchnorm_add_relu: ins x, gamma, beta,
+ * [r,] [rmean, rvar]; outs y, mean, var. */
+template <int EPI>
+static void bn_forward(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const int ri = EPI == BN_ADD_RELU ? 4 : 3; /* first running stat */
+    const bool running = !k->env->training && k->op->n_in >= ri + 2;
     const float *x = (const float *)k->in[0], *gamma = (const float *)k->in[1],
                 *beta = (const float *)k->in[2];
-    const float *rmean = running ? (const float *)k->in[3] : NULL;
-    const float *rvar = running ? (const float *)k->in[4] : NULL;
+    const float *r = EPI == BN_ADD_RELU ? (const float *)k->in[3] : NULL;
+    const float *rmean = running ? (const float *)k->in[ri] : NULL;
+    const float *rvar = running ? (const float *)k->in[ri + 1] : NULL;
     float *y = (float *)k->out[0], *mean = (float *)k->out[1],
           *var = (float *)k->out[2];
     const double eps = k->op->a.eps;
-    const bn_plan pl = bn_plan_of(c, k->in_t[0], x, y, NULL);
+    const void *const ptrs[] = {x, y, r};
+    const bn_plan pl = bn_plan_of(c, k->in_t[0], ptrs, r ? 3 : 2);
     const int64_t p = pl.sp.p;
     bn_launch(pl, [&](auto g, int64_t c0, int64_t nch) {
         const unsigned blocks = (unsigned)(nch * p);
@@ -426,8 +431,22 @@ void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k) {
             running ? rmean + c0 : NULL, running ? rvar + c0 : NULL,
             mean + c0, var + c0, pl.coef, pl.s.hw == 1, eps);
         if (p > 0)
-            bn_apply_k<<<blocks, BN_THREADS, 0, c->stream>>>(x, y, g, pl.coef);
+            bn_apply_k<EPI><<<blocks, BN_THREADS, 0, c->stream>>>(x, r, y, g,
+                                                                pl.coef);
     });
+}
+
+void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k) {
+    bn_forward<BN_PLAIN>(c, k);
+}
+
+void delta_cu_batchnorm_relu(const delta_cuda_kctx *c, const delta_kargs *k) {
+    bn_forward<BN_RELU>(c, k);
+}
+
+void delta_cu_batchnorm_add_relu(const delta_cuda_kctx *c,
+                                 const delta_kargs *k) {
+    bn_forward<BN_ADD_RELU>(c, k);
 }
 
 __global__ static void bn_running_k(const float *mean, const float *var,
@@ -461,7 +480,8 @@ void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
     float *dgamma = k->op->n_out > 1 ? (float *)k->out[1] : NULL;
     float *dbeta = k->op->n_out > 2 ? (float *)k->out[2] : NULL;
     const double eps = k->op->a.eps;
-    const bn_plan pl = bn_plan_of(c, k->in_t[0], x, dy, dx);
+    const void *const ptrs[] = {x, dy, dx};
+    const bn_plan pl = bn_plan_of(c, k->in_t[0], ptrs, 3);
     const int64_t p = pl.sp.p;
     bn_launch(pl, [&](auto g, int64_t c0, int64_t nch) {
         const unsigned blocks = (unsigned)(nch * p);

@@ -104,6 +104,10 @@ void delta_cu_global_avgpool_bwd(const delta_cuda_kctx *c,
 /* cu_norm.cu */
 void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_batchnorm_relu(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_batchnorm_add_relu(const delta_cuda_kctx *c,
+                                 const delta_kargs *k);
+
 void delta_cu_bn_running_update(const delta_cuda_kctx *c,
                                 const delta_kargs *k);
 void delta_cu_layernorm(const delta_cuda_kctx *c, const delta_kargs *k);
