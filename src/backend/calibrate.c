@@ -704,7 +704,14 @@ static double work_s(const delta_calibration *c, double t) {
 
 /* Curve k from the points of that kind: efficiency = rate / peak, where
  * rate = flops (compute kinds) or bytes per work second, by that size;
- * points of one size are averaged. */
+ * points of one size are averaged. A compute kind's curve never falls as
+ * the size grows (a running maximum): one slow shape must not set the
+ * efficiency of every larger op of its kind (on an H200 the 7x7 stem's
+ * data gradient, the largest conv2d_dx measured, ran at 0.09 of the peak;
+ * taken as the curve's end, it priced every ResNet-50 b64 convolution
+ * gradient at that and the simulated step at twice the measured one).
+ * Streaming kinds keep their shape: a size held in the L2 cache does run
+ * faster than a larger one. */
 static void fit_curve(delta_calibration *c, delta_sim_kind k, bool by_flops,
                       double peak) {
     delta_sim_curve *cv = &c->eff.curve[k];
@@ -736,6 +743,8 @@ static void fit_curve(delta_calibration *c, delta_sim_kind k, bool by_flops,
         if (cv->n < DELTA_SIM_CURVE_POINTS) {
             cv->x[cv->n] = xs[i];
             cv->eff[cv->n] = sum / (j - i);
+            if (by_flops && cv->n > 0 && cv->eff[cv->n - 1] > cv->eff[cv->n])
+                cv->eff[cv->n] = cv->eff[cv->n - 1];
             cv->n++;
         }
         i = j;
