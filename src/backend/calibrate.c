@@ -836,8 +836,8 @@ delta_calibration *delta_calibrate(delta_backend *b,
         snprintf(c->description, sizeof c->description, "%s", o->description);
     else if (!strcmp(b->name, "cpu"))
         snprintf(c->description, sizeof c->description,
-                 "the cpu backend (%d threads) as delta calibrate measured it",
-                 c->threads);
+                 "the cpu backend (%d thread%s) as delta calibrate measured "
+                 "it", c->threads, c->threads == 1 ? "" : "s");
     else
         snprintf(c->description, sizeof c->description,
                  "the %s backend as delta calibrate measured it", b->name);
