@@ -24,9 +24,13 @@
 # the ~80 GFLOP/s this 2-core machine's GEMM reaches unloaded).
 # A cell is the median step over the steps after the first third. STEPS
 # (default 12), BUDGETS (default "90% 70% 50%"), POLICIES (every model's
-# instead of its three), THREADS (the cpu's, default all cores; 1 is
-# steadier on a machine shared with other work: an OpenMP kernel waits for
-# its slowest thread), REPEAT (default 1: cpu cells run that many times, the median
+# instead of its three), THREADS (the cpu's threads, default 1; 0: all
+# cores. With two threads on a 2-core machine shared with other work, every
+# parallel kernel waits at its barrier for whichever thread another
+# process's burst holds, a scheduler slice of a few ms: a 128^3 GEMM took
+# 4.6 ms instead of 0.02, and a calibration taken in such a burst is off by
+# tens; one thread is slowed only in proportion), REPEAT (default 1: cpu
+# cells run that many times, the median
 # kept), OUT=DIR keeps the cells and the device file (else a temporary
 # folder). Prints the table (and writes it to DIR/fidelity.md with OUT).
 set -u
@@ -53,8 +57,8 @@ declare -A policies=([resnet18]="${POLICIES:-delta capuchin autoswap}"
 order="resnet18 gpt2"
 
 gbps=${LINK:-0.08}
-threads=()
-[ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
+threads=(--threads "${THREADS:-1}")
+[ "${THREADS:-1}" = 0 ] && threads=()
 echo "bench-sim-fidelity: calibrating the cpu" >&2
 if ! "$bin" calibrate --backend cpu --link-bw "$gbps" "${threads[@]}" --out "$tmp/cpu.json" \
         >"$tmp/calibrate.txt" 2>"$tmp/calibrate.err"; then

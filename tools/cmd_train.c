@@ -542,8 +542,8 @@ static int parse_args(int argc, char **argv, train_config *c,
                            "sequence length; give one of them");
     if (c->link_set && train_on(c, "sim"))
         return usage_error("--link-bw sets the cpu backend's link; a "
-                           "simulated GPU has its preset's (or its device "
-                           "file's) link");
+                           "simulated GPU has its preset's link (or its "
+                           "device file's)");
     if (c->link_set && train_on(c, "cuda"))
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
