@@ -513,6 +513,19 @@ static void test_cpu_default_bandwidth(void) {
     delta_backend *b2 = delta_backend_cpu_new(NULL, err, sizeof err);
     CHECK(b2 && delta_backend_link_bps(b2) == bps);
     delta_backend_free(b2);
+    /* a BF16 program's default link: the same GEMM figure over 15,000 */
+    delta_cpu_backend_opts bo = {.link_gbps = -1, .link_latency_s = -1,
+                                 .bf16_link = true};
+    b2 = delta_backend_cpu_new(&bo, err, sizeof err);
+    CHECK(b2 && delta_backend_link_bps(b2) ==
+                    delta_cpu_gemm_flops() / DELTA_CPU_FLOPS_PER_BYTE_BF16,
+          "bf16 link %.3g B/s", b2 ? delta_backend_link_bps(b2) : 0.0);
+    delta_backend_free(b2);
+    /* an explicit link wins over it */
+    bo.link_gbps = 2.0;
+    b2 = delta_backend_cpu_new(&bo, err, sizeof err);
+    CHECK(b2 && delta_backend_link_bps(b2) == 2e9);
+    delta_backend_free(b2);
     delta_backend_free(b);
     /* bad settings are refused */
     delta_cpu_backend_opts o = {.link_gbps = NAN, .link_latency_s = 0};

@@ -472,6 +472,7 @@ static delta_status make_backend(trainer *t) {
     bool budget = c->budget.kind != BUDGET_UNLIMITED;
     delta_cpu_backend_opts cpu = {
         .link_gbps = c->link_set ? c->link_gbps : budget ? -1.0 : 0.0,
+        .bf16_link = c->model.precision == DELTA_PRECISION_BF16,
         .link_latency_s = -1, .jitter_seed = (uint64_t)c->device_jitter};
     delta_status bst;
     t->backend = delta_backend_new(

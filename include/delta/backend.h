@@ -30,9 +30,15 @@ typedef struct delta_cpu_backend_opts {
     /* Emulated host link in GB/s (1e9 bytes/s) per direction.
      * < 0: the default, set from the measured GEMM speed so that moving one
      *      byte takes as long as 1,000 flops (a V100 or H100 on PCIe; see
-     *      docs/DEVICE.md); measured once per process and thread count;
+     *      docs/DEVICE.md), or 15,000 with bf16_link; measured once per
+     *      process and thread count;
      *   0: unthrottled (memcpy speed). */
     double link_gbps;
+    /* The default link for a BF16 program: one byte per 15,000 flops, an
+     * H100's balance in BF16 (its tensor cores run ~15x the fp32 rate, its
+     * PCIe link does not), so that the policies meet on the cpu the choices
+     * they meet on a GPU training in BF16. No effect with link_gbps >= 0. */
+    bool bf16_link;
     /* Fixed cost per copy in seconds. < 0: the default, 10 us on a
      * throttled link and none on an unthrottled one; 0: none. */
     double link_latency_s;

@@ -346,10 +346,9 @@ double delta_sim_curve_at(const delta_sim_curve *c, double x);
  * cores while the link does not, so one byte per 15,000 flops keeps the
  * cpu's emulated balance where an H100's is (989 TFLOP/s dense BF16 at the
  * sim's 0.7 GEMM efficiency over 50 GB/s is ~13,800; at peak over the 54.7
- * GB/s measured ~18,100). Not selected yet: the cpu backend's default link
- * is chosen when it is created, before any program; the runtime or the
- * tool should pass DELTA_CPU_FLOPS_PER_BYTE_BF16 when the program computes
- * in BF16 (docs/KERNELS.md, "Mixed precision"). */
+ * GB/s measured ~18,100). The cpu backend's default link uses it when
+ * delta_cpu_backend_opts.bf16_link is set (the tool sets it for
+ * --precision bf16). */
 #define DELTA_CPU_FLOPS_PER_BYTE_BF16 15000.0
 double delta_cpu_gemm_flops(void);
 

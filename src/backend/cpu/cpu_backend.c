@@ -532,7 +532,9 @@ delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
         return NULL;
     }
     if (gbps < 0)
-        be->bps = delta_cpu_gemm_flops() / DELTA_CPU_FLOPS_PER_BYTE;
+        be->bps = delta_cpu_gemm_flops() /
+                  (opts && opts->bf16_link ? DELTA_CPU_FLOPS_PER_BYTE_BF16
+                                           : DELTA_CPU_FLOPS_PER_BYTE);
     else
         be->bps = gbps * 1e9;
     be->latency = lat >= 0 ? lat : (be->bps > 0 ? DEFAULT_LATENCY_S : 0.0);
