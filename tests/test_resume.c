@@ -20,6 +20,8 @@
 #include <signal.h>
 
 #include "cli_run.h"
+#include "core/bf16.h"
+#include "core/half.h"
 
 /* The file's "step" metadata, -1 when it has none. */
 static int64_t file_step(const char *path) {
@@ -228,6 +230,75 @@ static void test_pytorch_takes_checkpoints(void) {
 
 /* ---- refusals --------------------------------------------------------------- */
 
+/* --save-dtype bf16 writes each F32 model tensor rounded to BF16 (nearest,
+ * ties to even) and nothing else changed; --load widens it back exactly:
+ * a run loading it and saving F32 at once holds the widened values. */
+static void test_bf16_weights(void) {
+    char f32[128], bf[128], back[128];
+    path_in_tmp(f32, sizeof f32, "w_f32.safetensors");
+    path_in_tmp(bf, sizeof bf, "w_bf16.safetensors");
+    path_in_tmp(back, sizeof back, "w_back.safetensors");
+    TRAIN(GPT2, "--steps", "2", "--save", f32);
+    CHECK(res.status == 0, "%s", res.err);
+    TRAIN(GPT2, "--steps", "2", "--save", bf, "--save-dtype", "bf16");
+    CHECK(res.status == 0, "%s", res.err);
+    TRAIN(GPT2, "--steps", "0", "--load", bf, "--save", back);
+    CHECK(res.status == 0, "%s", res.err);
+    delta_st_file *a = delta_st_open(f32, NULL, NULL, 0);
+    delta_st_file *b = delta_st_open(bf, NULL, NULL, 0);
+    delta_st_file *c = delta_st_open(back, NULL, NULL, 0);
+    CHECK(a && b && c, "the three files open");
+    int rounded = 0, bad = 0;
+    for (int i = 0; a && b && c && i < delta_st_count(a); i++) {
+        const delta_st_tensor *ta = delta_st_at(a, i);
+        const delta_st_tensor *tb = delta_st_find(b, ta->name);
+        const delta_st_tensor *tc = delta_st_find(c, ta->name);
+        if (!tb || !tc) {
+            bad++;
+            continue;
+        }
+        if (strcmp(ta->st_dtype, "F32")) {
+            bad += strcmp(tb->st_dtype, ta->st_dtype) != 0;
+            continue;
+        }
+        if (strcmp(tb->st_dtype, "BF16") || strcmp(tc->st_dtype, "F32") ||
+            tb->nbytes * 2 != ta->nbytes || tc->nbytes != ta->nbytes) {
+            bad++;
+            continue;
+        }
+        const float *fa = ta->data, *fc = tc->data;
+        const uint16_t *hb = tb->data;
+        for (size_t k = 0; k < ta->nbytes / 4; k++) {
+            bad += hb[k] != delta_f32_to_bf16(fa[k]) ||
+                   fc[k] != delta_bf16_to_f32(hb[k]);
+        }
+        rounded++;
+    }
+    CHECK(bad == 0 && rounded > 4, "%d tensors rounded, %d wrong", rounded,
+          bad);
+    delta_st_close(a);
+    delta_st_close(b);
+    delta_st_close(c);
+    FAILS(2, "--save-dtype 'f16': use f32 or bf16", GPT2, "--steps", "1",
+          "--save", bf, "--save-dtype", "f16");
+}
+
+/* F16 widens exactly: normal, subnormal, zero, infinity and NaN halves. */
+static void test_f16_widening(void) {
+    const struct { uint16_t h; float f; } cases[] = {
+        {0x3c00, 1.0f}, {0xc000, -2.0f}, {0x7bff, 65504.0f},
+        {0x0400, 6.103515625e-05f}, {0x0001, 5.9604644775390625e-08f},
+        {0x03ff, 6.0975551605224609375e-05f}, {0x8000, -0.0f},
+        {0x0000, 0.0f}, {0x3555, 0.333251953125f}, {0x7c00, INFINITY},
+        {0xfc00, -INFINITY}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float got = delta_f16_to_f32(cases[i].h);
+        CHECK(got == cases[i].f && signbit(got) == signbit(cases[i].f),
+              "0x%04x: %.9g, want %.9g", cases[i].h, got, cases[i].f);
+    }
+    CHECK(isnan(delta_f16_to_f32(0x7e00)) && isnan(delta_f16_to_f32(0xfe01)));
+}
+
 static void test_resume_refusals(void) {
     const char *help[] = {"--help", NULL};
     run_tool(&res, true, help);
@@ -260,6 +331,10 @@ static void test_resume_refusals(void) {
           "resnet18", "--width", "8", "--image-size", "16", "--channels",
           "1", "--classes", "10", "--data", "synthetic", "--batch", "4",
           "--steps", "4", "--resume", ck);
+    FAILS(2, "--precision: fp32 in the checkpoint, bf16 in this run",
+          RESNET, "--precision", "bf16", "--steps", "4", "--resume", ck);
+    FAILS(2, "must keep its fp32 masters exact", RESNET, "--steps", "4",
+          "--resume", ck, "--save", ck, "--save-dtype", "bf16");
     FAILS(2, "--optimizer: sgd in the checkpoint, adamw in this run",
           RESNET, "--optimizer", "adamw", "--steps", "4", "--resume", ck);
     FAILS(2, "--model: resnet18 in the checkpoint, mlp in this run", "--model",
@@ -573,6 +648,8 @@ int main(int argc, char **argv) {
     TEST_RUN(test_partial_batch_exact);
     TEST_RUN(test_pytorch_takes_checkpoints);
     TEST_RUN(test_resume_refusals);
+    TEST_RUN(test_bf16_weights);
+    TEST_RUN(test_f16_widening);
     TEST_RUN(test_kill_mid_save);
     TEST_RUN(test_json_log_across_resume);
     TEST_RUN(test_resume_data_by_content);

@@ -1,5 +1,7 @@
 /* Checkpoints (see checkpoint.h). */
 #include "checkpoint.h"
+#include "core/bf16.h"
+#include "core/half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,8 +101,8 @@ static const delta_tensor *model_tensor_for(const delta_ctx *ctx,
  * and describes it as entry e under name. */
 static delta_status read_entry(const char *path, delta_session *s,
                                const delta_tensor *t, const char *name,
-                               delta_st_entry *e, void **buf, char *err,
-                               size_t err_len) {
+                               bool bf16, delta_st_entry *e, void **buf,
+                               char *err, size_t err_len) {
     size_t bytes = delta_tensor_bytes(t);
     *buf = malloc(bytes ? bytes : 1);
     if (!*buf) {
@@ -116,6 +118,14 @@ static delta_status read_entry(const char *path, delta_session *s,
     }
     e->name = name;
     e->st_dtype = delta_tensor_dtype(t) == DELTA_I32 ? "I32" : "F32";
+    if (bf16 && delta_tensor_dtype(t) == DELTA_F32) {
+        /* rounded to nearest, ties to even, in place: the halves pack
+         * into the buffer's front */
+        const float *f = *buf;
+        delta_bf16 *h = *buf;
+        for (size_t i = 0; i < bytes / 4; i++) h[i] = delta_f32_to_bf16(f[i]);
+        e->st_dtype = "BF16";
+    }
     e->ndim = delta_tensor_ndim(t);
     for (int d = 0; d < e->ndim; d++) e->shape[d] = delta_tensor_dim(t, d);
     e->data = *buf;
@@ -152,8 +162,8 @@ delta_status checkpoint_save(const char *path, delta_session *s,
     for (int i = 0; i < n_model_tensors; i++) {
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
-        st = read_entry(path, s, t, delta_tensor_name(t), &e[n], &bufs[n],
-                        err, err_len);
+        st = read_entry(path, s, t, delta_tensor_name(t),
+                        extra && extra->bf16, &e[n], &bufs[n], err, err_len);
         if (st != DELTA_OK) goto done;
         n++;
         const char *name = delta_tensor_name(t);
@@ -185,8 +195,8 @@ delta_status checkpoint_save(const char *path, delta_session *s,
         const delta_tensor *t = extra->tensors[i];
         snprintf(names[n_bn + i], sizeof names[n_bn + i], "%s%s",
                  extra->prefix, delta_tensor_name(t));
-        st = read_entry(path, s, t, names[n_bn + i], &e[n], &bufs[n], err,
-                        err_len);
+        st = read_entry(path, s, t, names[n_bn + i], false, &e[n], &bufs[n],
+                        err, err_len);
         if (st != DELTA_OK) goto done;
         n++;
     }
@@ -286,6 +296,37 @@ static int64_t file_step(const delta_st_file *f) {
     return 0;
 }
 
+/* Whether a file tensor of this dtype loads into an F32 model tensor: F32
+ * as it is; BF16 and F16 (pretrained weights are often saved so) widened,
+ * exactly, to fp32 masters. */
+static bool widens_to_f32(const char *st_dtype) {
+    return !strcmp(st_dtype, "F32") || !strcmp(st_dtype, "BF16") ||
+           !strcmp(st_dtype, "F16");
+}
+
+/* Writes file tensor ft into model tensor t, widening BF16 or F16 to F32. */
+static delta_status write_widened(delta_session *s, const delta_tensor *t,
+                                  const delta_st_tensor *ft, char *err,
+                                  size_t err_len) {
+    bool bf16 = !strcmp(ft->st_dtype, "BF16"), f16 = !strcmp(ft->st_dtype, "F16");
+    if (!bf16 && !f16) return delta_session_write(s, t, ft->data, ft->nbytes);
+    size_t n = ft->nbytes / 2;
+    float *w = malloc(n ? n * sizeof *w : 1);
+    if (!w) {
+        snprintf(err, err_len, "out of memory widening '%s'", ft->name);
+        return DELTA_ERR_NOMEM;
+    }
+    const unsigned char *p = ft->data;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2); /* safetensors is little-endian, as here */
+        w[i] = bf16 ? delta_bf16_to_f32(h) : delta_f16_to_f32(h);
+    }
+    delta_status st = delta_session_write(s, t, w, n * sizeof *w);
+    free(w);
+    return st;
+}
+
 delta_status checkpoint_load(const char *path, delta_session *s,
                              const delta_ctx *ctx, int n_model_tensors,
                              const delta_model *m, int64_t *step, FILE *diag,
@@ -328,9 +369,9 @@ delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
             continue;
         }
         bool same = ft->ndim == delta_tensor_ndim(t) &&
-                    !strcmp(ft->st_dtype, delta_tensor_dtype(t) == DELTA_I32
-                                              ? "I32"
-                                              : "F32");
+                    (delta_tensor_dtype(t) == DELTA_I32
+                         ? !strcmp(ft->st_dtype, "I32")
+                         : widens_to_f32(ft->st_dtype));
         for (int d = 0; same && d < ft->ndim; d++)
             same = ft->shape[d] == delta_tensor_dim(t, d);
         if (!same) {
@@ -388,7 +429,8 @@ delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
         const delta_st_tensor *ft = find_in_file(f, delta_tensor_name(t));
-        st = delta_session_write(s, t, ft->data, ft->nbytes);
+        st = write_widened(s, t, ft, err, err_len);
+        if (st == DELTA_ERR_NOMEM) break;
         if (st != DELTA_OK)
             snprintf(err, err_len, "writing '%s' from %s to the device: %s",
                      ft->name, path, delta_session_error(s));

@@ -33,6 +33,10 @@ typedef struct checkpoint_extra {
     int n_tensors;
     const char *const *meta_kv;         /* 2 * n_meta strings */
     int n_meta;
+    bool bf16;  /* the model's F32 tensors rounded to BF16 (--save-dtype
+                   bf16: half the file, for inference or fine-tuning
+                   elsewhere; a training checkpoint cannot be, its masters
+                   must stay exact); the extra tensors stay F32 */
 } checkpoint_extra;
 
 /* Reads the model's tensors (and extra's, when not NULL) out of the
@@ -44,8 +48,8 @@ delta_status checkpoint_save(const char *path, delta_session *s,
                              const checkpoint_extra *extra, char *err,
                              size_t err_len);
 
-/* Reads path, checks that it holds every model tensor with dtype F32 and
- * the model's shape, and writes them into the session. Each missing or
+/* Reads path, checks that it holds every model tensor with the model's
+ * shape and dtype F32 (or BF16 or F16, widened exactly to fp32), and writes them into the session. Each missing or
  * mismatched tensor is named on diag (NULL: not printed) and makes the
  * load fail with DELTA_ERR_FORMAT (nothing is written then); a file that
  * cannot be read gives its status (DELTA_ERR_IO, DELTA_ERR_FORMAT).

@@ -115,6 +115,9 @@ static void usage(FILE *f) {
 "output:\n"
 "  --save FILE          safetensors checkpoint of the trained model\n"
 "                       (PyTorch names; loads with load_state_dict)\n"
+"  --save-dtype D       f32 (default) or bf16: --save's weights rounded to\n"
+"                       BF16 (half the file; --load widens BF16 and F16\n"
+"                       files to fp32); not with --checkpoint-every\n"
 "  --load FILE          start from a checkpoint (delta's or PyTorch's)\n"
 "  --checkpoint-every N save a training checkpoint (parameters, optimizer\n"
 "                       state, step, data position) to the --save file\n"
@@ -163,6 +166,7 @@ enum {
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
     OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION, OPT_NO_FUSION,
+    OPT_SAVE_DTYPE,
 };
 
 static const struct option long_opts[] = {
@@ -212,6 +216,7 @@ static const struct option long_opts[] = {
     {"check-streams", no_argument, NULL, OPT_CHECK_STREAMS},
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"no-fusion", no_argument, NULL, OPT_NO_FUSION},
+    {"save-dtype", required_argument, NULL, OPT_SAVE_DTYPE},
     {NULL, 0, NULL, 0},
 };
 
@@ -510,6 +515,11 @@ static int parse_args(int argc, char **argv, train_config *c,
                 return usage_error("--precision '%s': use fp32 or bf16", a);
             break;
         case OPT_NO_FUSION: c->model.no_fusion = 1; break;
+        case OPT_SAVE_DTYPE:
+            if (strcmp(a, "f32") && strcmp(a, "bf16"))
+                return usage_error("--save-dtype '%s': use f32 or bf16", a);
+            c->save_bf16 = !strcmp(a, "bf16");
+            break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);

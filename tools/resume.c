@@ -35,6 +35,13 @@ delta_status resume_check_options(trainer *t) {
                      "start from a file; give one (--resume continues a "
                      "training checkpoint, --load starts afresh from a "
                      "model's weights)");
+    if (c->save_bf16 && (c->checkpoint_every || c->resume))
+        return failf(t, DELTA_ERR_INVALID_ARG, "--save-dtype bf16 rounds "
+                     "the weights, but a training checkpoint (--%s) must "
+                     "keep its fp32 masters exact to be resumed; save the "
+                     "BF16 weights from a run without it, or --load the "
+                     "checkpoint into one",
+                     c->checkpoint_every ? "checkpoint-every" : "resume");
     if (c->checkpoint_every && !c->save)
         return failf(t, DELTA_ERR_INVALID_ARG, "--checkpoint-every needs "
                      "--save FILE: the checkpoints are written there");
@@ -155,6 +162,8 @@ static int run_fields(trainer *t, field *f) {
     n = add_i64(f, n, "vocab", "--vocab", m->vocab, true);
     n = add_i64(f, n, "batch", "--batch", m->batch, false);
     n = add_f64(f, n, "dropout", "--dropout", (double)m->dropout);
+    n = add_str(f, n, "precision", "--precision",
+                m->precision == DELTA_PRECISION_BF16 ? "bf16" : "fp32");
     n = add_str(f, n, "optimizer", "--optimizer", t->optimizer_name);
     n = add_f64(f, n, "lr", "--lr", t->lr);
     n = add_f64(f, n, "momentum", "--momentum", t->momentum);
@@ -245,6 +254,8 @@ static int compare_settings(trainer *t, const delta_st_file *f) {
         /* files from before data_id: the data as described (path) */
         if (cur[i].described && delta_st_metadata(f, "data_id")) continue;
         if (!was && !strcmp(cur[i].key, "data_id")) continue;
+        /* files from before --precision trained in fp32 */
+        if (!was && !strcmp(cur[i].key, "precision")) was = "fp32";
         if (!was) was = cur[i].model ? "0" : "(none)";
         if (!strcmp(was, cur[i].value)) continue;
         if (differ++ < MAX_LISTED)

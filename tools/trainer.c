@@ -1119,11 +1119,14 @@ delta_status trainer_save(trainer *t) {
     /* The current session's tensors (the same at every shape) under the
      * main shape's config (its seq_len, the longest, goes in the
      * metadata). */
+    checkpoint_extra weights = {.bf16 = t->cfg.save_bf16};
     delta_status st = wrote(
         t, checkpoint_save(t->cfg.save, t->session, t->ctx,
                            t->n_model_tensors, &t->shapes[0].model, step,
-                           NULL, t->err, sizeof t->err));
-    if (st == DELTA_OK) info(t, "saved %s", t->cfg.save);
+                           &weights, t->err, sizeof t->err));
+    if (st == DELTA_OK)
+        info(t, "saved %s%s", t->cfg.save,
+             t->cfg.save_bf16 ? " (weights rounded to BF16)" : "");
     return st;
 }
 

@@ -66,6 +66,7 @@ typedef struct train_config {
     bool no_shuffle;
     int threads;                        /* 0: all cores */
     const char *save, *load, *json;     /* NULL: none */
+    bool save_bf16;                     /* --save-dtype bf16 */
     const char *trace;                  /* Chrome trace file; NULL: none */
     bool quiet;
     int64_t eval_batches;               /* < 0: the whole test split;
