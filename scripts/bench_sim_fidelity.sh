@@ -38,13 +38,10 @@ bin=${1:-build/delta}
 steps=${STEPS:-12}
 budgets=${BUDGETS:-"90% 70% 50%"}
 repeat=${REPEAT:-1}
-if [ -n "${OUT:-}" ]; then
-    tmp=$OUT
-    mkdir -p "$tmp" || exit 1
-else
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-fi
+# OUT=DIR keeps everything; else a temporary folder, removed at the end
+tmp=${OUT:-$(mktemp -d)}
+[ -n "${OUT:-}" ] || trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp" || exit 1
 t0=$(date +%s)
 
 declare -A jobs=(
