@@ -34,6 +34,7 @@ erf, BERT) and the generator. Parameters are drawn in float32 (seeded per
 file, so every run writes the same bytes), the reference is computed in
 float64 from exactly those values, and results are rounded once to float32.
 """
+import copy
 import math
 import os
 import re
@@ -385,7 +386,11 @@ class BertPredictionHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(C, eps=1e-12, device=device)
 
     def forward(self, x):
-        return self.LayerNorm(self.act(self.dense(x)))
+        # layer norm in its weights' dtype: a no-op in float64; under
+        # autocast it is the fp32 rule newer PyTorch applies itself
+        # (1.13's CPU autocast would hand it a bfloat16 input)
+        h = self.act(self.dense(x))
+        return self.LayerNorm(h.to(self.LayerNorm.weight.dtype))
 
 
 class BertLMPredictionHead(nn.Module):
@@ -506,9 +511,18 @@ def fixture(name, cfg, model, inputs, forward, targets, grad_max=None,
     inputs (list of (name, tensor) in float32/int32) and writes
     tests/fixtures/models/<name>.safetensors. grad_max: store only the
     gradients of parameters with at most this many elements."""
+    # PyTorch's mixed precision on the same weights and inputs: the float32
+    # model under CPU autocast to bfloat16 (float32 masters and gradients),
+    # what delta --precision bf16 is set against (tests/test_model_zoo.c)
+    m16 = copy.deepcopy(model).float().train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits16 = forward(m16, torch.float32)
+        loss16 = F.cross_entropy(logits16.float(), targets.long(),
+                                 ignore_index=-100)
+    loss16.backward()
     model = model.to(REF).train()
     before = state(model)
-    logits = forward(model)
+    logits = forward(model, REF)
     loss = F.cross_entropy(logits, targets.long(), ignore_index=-100)
     loss.backward()
     tensors = list(before)
@@ -524,13 +538,19 @@ def fixture(name, cfg, model, inputs, forward, targets, grad_max=None,
     for k, v in model.state_dict().items():
         if "running_" in k:
             tensors.append((k + ".after", v))
+    tensors += [("bf16.logits", logits16.float()), ("bf16.loss", loss16)]
+    grads16 = dict(m16.named_parameters())
+    tensors += [("bf16.grad." + k, grads16[k].grad)
+                for k, _ in model.named_parameters() if k not in skipped]
     meta = {"model": cfg["name"],
             "description": "PyTorch reference of delta model %s: one "
                            "training-mode step, mean cross-entropy"
                            % cfg["name"],
             "generator": "scripts/make_model_fixtures.py (torch %s)"
                          % torch.__version__,
-            "reference": "computed in float64, stored as float32",
+            "reference": "computed in float64, stored as float32; bf16.*: "
+                         "torch.autocast('cpu', bfloat16) on the float32 "
+                         "model",
             "grads_left_out": ",".join(skipped)}
     meta.update({k: v for k, v in cfg.items() if k != "name"})
     meta.update(extra_meta or {})
@@ -547,7 +567,7 @@ def fx_mlp():
     x = randn(4, 1, 8, 8)
     y = torch.tensor([3, 0, 9, 3], dtype=torch.int32)
     return fixture("mlp", cfg, m, [("images", x), ("labels", y)],
-                   lambda m: m(x.to(REF)), y)
+                   lambda m, dt: m(x.to(dt)), y)
 
 
 def resnet_fixture(fname, name, batch, size, width):
@@ -571,7 +591,7 @@ def resnet_fixture(fname, name, batch, size, width):
     # The largest conv weights' gradients are left out to keep the folder
     # small; every other parameter's (and the loss, logits, stats) is kept.
     return fixture(fname, cfg, m, [("images", x), ("labels", y)],
-                   lambda m: m(x.to(REF)), y, grad_max=10000)
+                   lambda m, dt: m(x.to(dt)), y, grad_max=10000)
 
 
 def fx_resnet18():
@@ -594,7 +614,7 @@ def fx_gpt2():
     targets[0, 3] = -100
     targets[1, 7] = -100
     return fixture("gpt2", cfg, m, [("tokens", tokens), ("targets", targets)],
-                   lambda m: m(tokens.long()), targets.reshape(-1))
+                   lambda m, dt: m(tokens.long()), targets.reshape(-1))
 
 
 def fx_bert():
@@ -618,7 +638,7 @@ def fx_bert():
     return fixture("bert", cfg, m,
                    [("tokens", tokens), ("targets", targets),
                     ("attention_mask", mask)],
-                   lambda m: m(tokens.long(), mask.to(REF)),
+                   lambda m, dt: m(tokens.long(), mask.to(dt)),
                    targets.reshape(-1),
                    extra_meta={"gelu": "erf" if erf else "tanh"})
 

@@ -3,7 +3,9 @@
  *    at a fixture's config, loaded with the fixture's weights by name, runs
  *    one step; logits, loss, gradients and batch-norm running stats are
  *    compared with tests/fixtures/models/<file>.safetensors (written by
- *    scripts/make_model_fixtures.py), with both GEMM paths;
+ *    scripts/make_model_fixtures.py), with both GEMM paths; and in BF16
+ *    (--precision bf16) against the same float64 reference beside
+ *    PyTorch's autocast on the same weights (expect_bf16);
  *  - every model name builds with backward and AdamW (shapes only) and has
  *    the parameter count of its PyTorch original;
  *  - bad names and overrides give errors with messages, never a crash;
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "core/bf16.h"
 
 /* Whole models against a float64 reference: rounding errors of a few
  * hundred fp32 ops add up, so these are looser than a single block's
@@ -146,9 +149,87 @@ static int list_len(const char *s) {
     return n;
 }
 
+/* ---- BF16 against PyTorch's autocast -------------------------------------- */
+
+/* Relative L2 error |a - ref| / |ref| over n values (absolute when ref is
+ * all but zero: a gradient that is rounding noise in float64). */
+static double rel_l2(const float *a, const float *ref, long n) {
+    double num = 0, den = 0;
+    for (long i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * (double)ref[i];
+    }
+    if (isnan(num)) return INFINITY;
+    return den > 1e-20 ? sqrt(num / den) : sqrt(num);
+}
+
+/* BF16's unit roundoff: 8 significant bits. */
+#define BF16_U (1.0 / 512)
+static bool verbose; /* -v: every tensor's errors */
+static double bf16_worst;  /* largest delta error / allowed, over a run */
+static char bf16_where[256];
+
+/* t (F32, or BF16 widened) against the float64 reference `name`, beside
+ * PyTorch's autocast result "bf16.<name>" on the same weights and inputs:
+ * delta's relative L2 error must be within twice PyTorch's own, or 8
+ * bf16 roundoffs (3%) where PyTorch's is smaller than that. Both compute
+ * the same products on BF16 operands with fp32 sums; they round at
+ * different points (delta's rule per op is docs/KERNELS.md's, autocast's
+ * its op lists), so neither is the other's bits, and a gradient's error
+ * after a few BF16 layers is a few roundoffs: twice PyTorch's error, or
+ * the 8u floor, says delta loses no more precision than autocast does. */
+static void expect_bf16(delta_exec *ex, const delta_tensor *t,
+                        delta_st_file *f, const char *file, const char *name) {
+    char tname[220];
+    snprintf(tname, sizeof tname, "bf16.%s", name);
+    const delta_st_tensor *ref = delta_st_find(f, name);
+    const delta_st_tensor *pt = delta_st_find(f, tname);
+    CHECK(ref && pt, "%s: no '%s' or '%s'; " REGEN, file, name, tname);
+    CHECK(t != NULL, "%s: delta has no tensor for '%s'", file, name);
+    if (!ref || !pt || !t || delta_tensor_numel(t) != ref->numel ||
+        pt->numel != ref->numel || ref->dtype != DELTA_F32 ||
+        pt->dtype != DELTA_F32) {
+        CHECK(false, "%s: '%s' has other sizes or dtypes", file, name);
+        return;
+    }
+    long n = (long)ref->numel;
+    float *got = malloc((size_t)(n ? n : 1) * sizeof *got);
+    float *want = malloc((size_t)(n ? n : 1) * sizeof *want);
+    float *torch = malloc((size_t)(n ? n : 1) * sizeof *torch);
+    if (!got || !want || !torch) {
+        CHECK(false, "out of memory");
+        free(got); free(want); free(torch);
+        return;
+    }
+    const void *d = delta_exec_data(ex, t);
+    for (long i = 0; i < n; i++)
+        got[i] = delta_tensor_dtype(t) == DELTA_BF16
+                     ? delta_bf16_to_f32(((const uint16_t *)d)[i])
+                     : ((const float *)d)[i];
+    memcpy(want, ref->data, ref->nbytes);
+    memcpy(torch, pt->data, pt->nbytes);
+    double e = rel_l2(got, want, n), et = rel_l2(torch, want, n);
+    double allowed = fmax(2 * et, 8 * BF16_U);
+    if (verbose)
+        printf("    %-48s delta %.2e  torch %.2e\n", name, e, et);
+    if (e / allowed > bf16_worst) {
+        bf16_worst = e / allowed;
+        snprintf(bf16_where, sizeof bf16_where, "%s %s: delta %.2e, "
+                 "autocast %.2e", file, name, e, et);
+    }
+    CHECK(e <= allowed, "%s %s: delta bf16's relative error %.3g, PyTorch "
+          "autocast's %.3g (allowed %.3g)", file, name, e, et, allowed);
+    free(got);
+    free(want);
+    free(torch);
+}
+
 /* Builds the fixture's model, loads its weights and inputs by name, runs
- * one step (backward, no optimizer) and compares. */
-static void zoo_check(const char *file) {
+ * one step (backward, no optimizer) and compares: in fp32 with the
+ * float64 reference's tolerance, in bf16 (--precision bf16) against it
+ * beside PyTorch's autocast (expect_bf16). */
+static void zoo_run(const char *file, bool bf16) {
     char path[512], err[512] = "";
     snprintf(path, sizeof path, "%s/models/%s.safetensors", fixture_dir(),
              file);
@@ -162,6 +243,7 @@ static void zoo_check(const char *file) {
     delta_exec *ex = NULL;
     delta_model m;
     if (!fixture_config(f, file, &cfg)) goto done;
+    if (bf16) cfg.precision = DELTA_PRECISION_BF16;
     st = delta_model_build(ctx, &cfg, &m);
     CHECK(st == DELTA_OK, "%s: delta_model_build: %s", file, m.error);
     if (st != DELTA_OK) goto done;
@@ -179,6 +261,7 @@ static void zoo_check(const char *file) {
     bool ok = true;
     for (int i = 0; i < delta_st_count(f); i++) {
         const delta_st_tensor *t = delta_st_at(f, i);
+        if (has_prefix(t->name, "bf16.")) continue; /* autocast's results */
         if (has_prefix(t->name, "grad.")) {
             n_grads++;
             continue;
@@ -229,16 +312,18 @@ static void zoo_check(const char *file) {
     st = delta_exec_run(ex, DELTA_RUN_STEP);
     CHECK(st == DELTA_OK, "%s: run: %s", file, delta_status_name(st));
     if (st != DELTA_OK) goto done;
-    expect(ex, m.logits, f, file, "logits");
-    expect(ex, m.loss, f, file, "loss");
+    void (*check)(delta_exec *, const delta_tensor *, delta_st_file *,
+                  const char *, const char *) = bf16 ? expect_bf16 : expect;
+    check(ex, m.logits, f, file, "logits");
+    check(ex, m.loss, f, file, "loss");
     for (int i = 0; i < delta_st_count(f); i++) {
         const char *name = delta_st_at(f, i)->name;
         char base[200];
         if (has_prefix(name, "grad.")) {
             const delta_tensor *p = delta_ctx_find(ctx, name + 5);
             CHECK(p != NULL, "%s: '%s' names no delta tensor", file, name);
-            if (p) expect(ex, delta_tensor_grad(p), f, file, name);
-        } else if (has_suffix(name, ".after")) {
+            if (p) check(ex, delta_tensor_grad(p), f, file, name);
+        } else if (has_suffix(name, ".after") && !bf16) {
             snprintf(base, sizeof base, "%.*s", (int)(strlen(name) - 6),
                      name);
             const delta_tensor *s = delta_ctx_find(ctx, base);
@@ -251,6 +336,14 @@ done:
     delta_ctx_free(ctx);
     delta_st_close(f);
 }
+
+static void zoo_check(const char *file) { zoo_run(file, false); }
+
+static void test_bf16_mlp(void) { zoo_run("mlp", true); }
+static void test_bf16_resnet18(void) { zoo_run("resnet18", true); }
+static void test_bf16_resnet50(void) { zoo_run("resnet50", true); }
+static void test_bf16_gpt2(void) { zoo_run("gpt2", true); }
+static void test_bf16_bert(void) { zoo_run("bert", true); }
 
 static void test_fixture_mlp(void) { zoo_check("mlp"); }
 static void test_fixture_resnet18(void) { zoo_check("resnet18"); }
@@ -639,12 +732,23 @@ static void run_fixtures(void) {
     if (worst_where[0])
         printf("  [%s gemm] worst error: %.3f of the tolerance, at %s\n",
                gemm_label, worst_use, worst_where);
+    bf16_worst = 0;
+    bf16_where[0] = '\0';
+    GEMM_RUN(test_bf16_mlp);
+    GEMM_RUN(test_bf16_resnet18);
+    GEMM_RUN(test_bf16_resnet50);
+    GEMM_RUN(test_bf16_gpt2);
+    GEMM_RUN(test_bf16_bert);
+    if (bf16_where[0])
+        printf("  [%s gemm] bf16: worst %.3f of the allowed, at %s\n",
+               gemm_label, bf16_worst, bf16_where);
 }
 
 static const char *blas_why;
 static void test_blas_pass(void) { TEST_SKIP(blas_why); }
 
-int main(void) {
+int main(int argc, char **argv) {
+    verbose = argc > 1 && !strcmp(argv[1], "-v");
     gemm_label = "builtin";
     if (delta_cpu_set_gemm(DELTA_GEMM_BUILTIN) == DELTA_OK) run_fixtures();
     gemm_label = "blas";
