@@ -339,13 +339,15 @@ delta_status checkpoint_load(const char *path, delta_session *s,
                  sub);
         return st != DELTA_OK ? st : DELTA_ERR_IO;
     }
-    st = checkpoint_load_file(f, path, s, ctx, n_model_tensors, m, step, diag,
+    st = checkpoint_load_file(f, path, false, s, ctx, n_model_tensors, m,
+                              step, diag,
                               err, err_len);
     delta_st_close(f);
     return st;
 }
 
 delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
+                                  bool exact,
                                   delta_session *s, const delta_ctx *ctx,
                                   int n_model_tensors, const delta_model *m,
                                   int64_t *step, FILE *diag, char *err,
@@ -371,7 +373,8 @@ delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
         bool same = ft->ndim == delta_tensor_ndim(t) &&
                     (delta_tensor_dtype(t) == DELTA_I32
                          ? !strcmp(ft->st_dtype, "I32")
-                         : widens_to_f32(ft->st_dtype));
+                         : exact ? !strcmp(ft->st_dtype, "F32")
+                                 : widens_to_f32(ft->st_dtype));
         for (int d = 0; same && d < ft->ndim; d++)
             same = ft->shape[d] == delta_tensor_dim(t, d);
         if (!same) {

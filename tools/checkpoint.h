@@ -63,8 +63,11 @@ delta_status checkpoint_load(const char *path, delta_session *s,
                              const delta_model *m, int64_t *step, FILE *diag,
                              char *err, size_t err_len);
 
-/* checkpoint_load of a file already open (path names it in messages). */
+/* checkpoint_load of a file already open (path names it in messages).
+ * exact: only F32 for an F32 tensor (--resume continues from exact fp32
+ * masters; a BF16 or F16 file is not them). */
 delta_status checkpoint_load_file(const delta_st_file *f, const char *path,
+                                  bool exact,
                                   delta_session *s, const delta_ctx *ctx,
                                   int n_model_tensors, const delta_model *m,
                                   int64_t *step, FILE *diag, char *err,

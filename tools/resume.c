@@ -357,7 +357,8 @@ delta_status resume_load(trainer *t) {
                    delta_dataset_len(t->data));
         goto done;
     }
-    st = checkpoint_load_file(f, path, t->session, t->ctx, t->n_model_tensors,
+    st = checkpoint_load_file(f, path, true, t->session, t->ctx,
+                              t->n_model_tensors,
                               &t->model, NULL, stderr, t->err, sizeof t->err);
     if (st == DELTA_OK) st = load_optimizer(t, f);
     if (st != DELTA_OK) goto done;
