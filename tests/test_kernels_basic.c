@@ -44,7 +44,7 @@ static bool same_bytes(const float *a, const float *b, int64_t n) {
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
 }
 
-static delta_kernel_env env = {42, 0, true};
+static delta_kernel_env env = {42, 0, true, NULL};
 
 /* A kernel call for op `op_id` of ctx with buffers of its own: inputs are
  * zeroed, outputs filled with NaN bytes. In-place ops (outputs that are
