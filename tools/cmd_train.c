@@ -802,9 +802,14 @@ int cmd_train(int argc, char **argv) {
     delta_status st = trainer_setup(&t, &c);
     st = trainer_agree(&t, st);
     bool agreed = st != DELTA_OK;
+    /* several ranks save first: a ZeRO-1 checkpoint gathers every rank's
+     * state, and rank 0 alone evaluates afterwards (the others would wait
+     * for it, against the timeout) */
+    bool ranks = t.ranks > 1 && !t.sim;
     if (st == DELTA_OK) st = trainer_train(&t);
+    if (st == DELTA_OK && ranks) st = trainer_save(&t);
     if (st == DELTA_OK) st = trainer_evaluate(&t);
-    if (st == DELTA_OK) st = trainer_save(&t);
+    if (st == DELTA_OK && !ranks) st = trainer_save(&t);
     if (st == DELTA_OK) st = trainer_report(&t);
     if (st != DELTA_OK) report_failure(&t, "train", st, agreed);
     /* On every path, so a run that failed still leaves a trace that opens;

@@ -1103,6 +1103,13 @@ delta_status trainer_train(trainer *t) {
         }
     }
     progress_finish(&p);
+    /* data parallel: the largest rank's peak (the budget is per rank), now,
+     * while every rank is here (rank 0 alone evaluates afterwards) */
+    if (st == DELTA_OK && t->ranks > 1 && !t->sim) {
+        double peak = (double)r->peak_device_bytes;
+        delta_comm_max(c->comm, &peak, 1, "the ranks' peaks");
+        r->peak_device_bytes = (size_t)peak;
+    }
     if (st != DELTA_OK) resume_note_failure(t);
     r->train_s = progress_now() - t0;
     /* One shape: per the median step (robust to a slow first step); with
@@ -1291,12 +1298,6 @@ delta_status trainer_report(trainer *t) {
     const train_config *c = &t->cfg;
     train_result *r = &t->result;
     const delta_model_config *m = &t->shapes[0].model.cfg;
-    /* data parallel: the largest rank's peak (the budget is per rank) */
-    if (t->ranks > 1 && !t->sim) {
-        double peak = (double)r->peak_device_bytes;
-        delta_comm_max(c->comm, &peak, 1, "the ranks' peaks");
-        r->peak_device_bytes = (size_t)peak;
-    }
     if (t->rank > 0) return DELTA_OK;
     char peak[32], budget[32], line[512];
     delta_format_bytes((double)r->peak_device_bytes, peak, sizeof peak);
@@ -1504,12 +1505,37 @@ delta_status trainer_print_plan(trainer *t) {
     printf("  minimum budget %s, for op %d (%s, %s)\n",
            delta_format_bytes((double)p->min_budget_bytes, b[7], 32),
            p->min_budget_op, p->min_budget_op_type, p->min_budget_op_name);
+    /* data parallel: the figures above are one rank's */
+    int n_coll = 0, n_params = 0, owned = 0;
+    for (int i = 0; t->ranks > 1 && i < delta_ctx_n_ops(t->ctx); i++) {
+        delta_op_info oi;
+        delta_ctx_op_info(t->ctx, i, &oi);
+        n_coll += !strcmp(oi.type, "allreduce") ||
+                  !strcmp(oi.type, "reduce_scatter");
+    }
+    for (int i = 0; t->ranks > 1 && i < delta_ctx_n_tensors(t->ctx); i++) {
+        const delta_tensor *x = delta_ctx_tensor(t->ctx, i);
+        if (delta_tensor_kind_of(x) != DELTA_KIND_PARAM) continue;
+        n_params++;
+        owned += delta_dp_owner(x) == t->rank;
+    }
+    if (t->ranks > 1 && t->cfg.zero)
+        printf("  data parallel: rank %d of %d, gradients in %d collectives; "
+               "ZeRO-1: this rank updates and keeps the optimizer state of %d "
+               "of the %d parameters\n", t->rank, t->ranks, n_coll, owned,
+               n_params);
+    else if (t->ranks > 1)
+        printf("  data parallel: rank %d of %d, gradients in %d collectives; "
+               "every rank keeps the whole optimizer state (--zero 1 shards "
+               "it)\n", t->rank, t->ranks, n_coll);
     if (!t->json) return DELTA_OK;
     cJSON *top = cJSON_CreateObject();
     cJSON *s = cJSON_AddObjectToObject(top, "plan");
     cJSON_AddStringToObject(s, "model", m->name);
     cJSON_AddNumberToObject(s, "batch", (double)m->batch);
     cJSON_AddNumberToObject(s, "ops", p->n_ops);
+    cJSON_AddNumberToObject(s, "ranks", t->ranks);
+    cJSON_AddNumberToObject(s, "zero", t->ranks > 1 ? t->cfg.zero : 0);
     cJSON_AddNumberToObject(s, "param_bytes", (double)p->param_bytes);
     cJSON_AddNumberToObject(s, "grad_bytes", (double)p->grad_bytes);
     cJSON_AddNumberToObject(s, "state_bytes", (double)(p->state_bytes + p->const_bytes));

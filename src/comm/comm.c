@@ -51,7 +51,7 @@ bool delta_comm_built(void) {
 #endif
 }
 
-static double now_s(void) {
+__attribute__((unused)) static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
