@@ -3,7 +3,8 @@
 # installs what is needed. Switches: NO_BLAS=1 (built-in GEMM only),
 # NO_OMP=1, SANITIZE=address,undefined | thread (separate build folder),
 # DEBUG=1 (-O0 -g), V=1 (show commands), CUDA=0 / CUDA=1 (the CUDA backend:
-# left out / required; default: built when nvcc is found).
+# left out / required; default: built when nvcc is found), NO_MPI=1 (no
+# data parallel across processes: every run is one rank).
 CC ?= cc
 ifeq ($(CC),cc)
 CC := gcc
@@ -49,6 +50,11 @@ HAVE_OMP := $(if $(NO_OMP),,$(call probe,omp.h,-fopenmp))
 HAVE_BLAS := $(if $(NO_BLAS),,$(call probe,cblas.h,-lopenblas))
 HAVE_ZLIB := $(call probe,zlib.h,-lz)
 HAVE_CJSON := $(call probe,cjson/cJSON.h,-lcjson)
+# MPI (Open MPI from Debian: libopenmpi-dev) for data parallel across
+# processes (mpirun -np P delta train ...); its flags from pkg-config.
+MPI_CFLAGS := $(if $(NO_MPI),,$(shell pkg-config --cflags ompi-c 2>/dev/null))
+MPI_LIBS := $(if $(NO_MPI),,$(shell pkg-config --libs ompi-c 2>/dev/null))
+HAVE_MPI := $(if $(NO_MPI),,$(call probe,mpi.h,$(MPI_CFLAGS) $(MPI_LIBS)))
 NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 # nvcc alone is not enough: the runtime's and cuBLAS's headers and libraries
 # must be there too (a machine may carry nvcc without them). CUDA_INC and
@@ -109,12 +115,20 @@ ifeq ($(HAVE_CJSON),yes)
 CFLAGS += -DDELTA_HAVE_CJSON
 LDLIBS += -lcjson
 endif
+ifeq ($(HAVE_MPI),yes)
+CFLAGS += -DDELTA_HAVE_MPI $(MPI_CFLAGS)
+LDLIBS += $(MPI_LIBS)
+endif
 ifeq ($(HAVE_CUDA),yes)
 CUDA_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 CFLAGS += -DDELTA_HAVE_CUDA -I$(CUDA_INC)
 # cuDNN is loaded at run time (dlopen); its header only gives the types
 ifneq ($(wildcard $(CUDA_INC)/cudnn.h),)
 CFLAGS += -DDELTA_HAVE_CUDNN_H
+endif
+# NCCL likewise (data parallel on GPUs): dlopen'ed, nccl.h for its types
+ifneq ($(wildcard $(CUDA_INC)/nccl.h),)
+CFLAGS += -DDELTA_HAVE_NCCL_H
 endif
 LDLIBS += -L$(CUDA_LIB) -Wl,-rpath,$(CUDA_LIB) -lcublasLt -lcublas -lcudart -ldl -lstdc++
 # sm_80 (A100) and sm_90 (H100) machine code, plus sm_90 PTX for newer GPUs
@@ -132,7 +146,7 @@ endif
 
 mark = $(if $(1),✓,✗)
 ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + cublasLt.h + libcudart + libcublas + libcublasLt))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_MPI)) MPI  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + cublasLt.h + libcudart + libcublas + libcublasLt))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------

@@ -80,12 +80,20 @@ static inline bool file_holds(const char *path, const char *text) {
 }
 
 /* argv of `tool [cmd] args...` (args NULL-terminated) into argv. */
+/* A launcher the tool runs under (e.g. mpirun and its options, NULL-
+ * terminated; looked up on PATH); NULL: the tool alone. */
+static const char *const *run_launcher __attribute__((unused));
+#define MAX_LAUNCHER 40
+
 static inline void tool_argv_cmd(const char **argv, const char *cmd,
                                  const char *const *args) {
     int n = 0;
+    for (int i = 0; run_launcher && run_launcher[i] && i < MAX_LAUNCHER; i++)
+        argv[n++] = run_launcher[i];
     argv[n++] = tool;
     if (cmd) argv[n++] = cmd;
-    for (int i = 0; args[i] && n < MAX_ARGS + 1; i++) argv[n++] = args[i];
+    for (int i = 0; args[i] && n < MAX_LAUNCHER + MAX_ARGS + 1; i++)
+        argv[n++] = args[i];
     argv[n] = NULL;
 }
 
@@ -99,7 +107,7 @@ static inline void tool_argv(const char **argv, bool train,
  * args...`). */
 static inline void run_cmd(result *r, const char *cmd,
                            const char *const *args) {
-    const char *argv[MAX_ARGS + 3];
+    const char *argv[MAX_LAUNCHER + MAX_ARGS + 3];
     tool_argv_cmd(argv, cmd, args);
     char out_path[128], err_path[128];
     snprintf(out_path, sizeof out_path, "%s/stdout", tmpdir);
@@ -121,7 +129,8 @@ static inline void run_cmd(result *r, const char *cmd,
                                 (rlim_t)run_fsize_limit};
             setrlimit(RLIMIT_FSIZE, &rl);
         }
-        execv(tool, (char *const *)argv);
+        if (run_launcher) execvp(argv[0], (char *const *)argv);
+        else execv(tool, (char *const *)argv);
         _exit(127);
     }
     int ws = 0;

@@ -41,6 +41,14 @@ typedef struct built {
     delta_model model;
 } built;
 
+/* Data parallel (test_dp.c; test_cuda.c with one rank through NCCL): with
+ * train_comm set, build() makes rank train_dp.rank's program of
+ * train_dp.ranks, train() runs it over train_comm, and each rank is fed
+ * its share of every global batch (what one rank with ranks x the batch
+ * would be fed, cut by rank). train_comm NULL: neither. */
+static delta_dp_opts train_dp = {.ranks = 1};
+static delta_comm *train_comm;
+
 static inline bool build(const model_case *mc, built *b) {
     b->ctx = delta_ctx_new();
     delta_ctx_set_seed(b->ctx, 5);
@@ -49,6 +57,7 @@ static inline bool build(const model_case *mc, built *b) {
         return false;
     }
     delta_backward(b->ctx, b->model.loss);
+    if (train_comm) delta_data_parallel(b->ctx, &train_dp);
     if (mc->adamw) {
         delta_adamw_opts o = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
         delta_optimizer_adamw(b->ctx, o);
@@ -72,24 +81,26 @@ static inline void *cbuf_of(void *ud, const delta_tensor *t) {
     return cb->d[cb->n++];
 }
 
-/* The inputs of a step: deterministic per (step, tensor), through put. */
+/* The inputs of a step: deterministic per (step, tensor), through put;
+ * with data parallel the rank's rows of the global batch's values. */
 typedef void (*put_fn)(void *ud, const delta_tensor *t, const void *data,
                        size_t bytes);
 static inline void feed_values(const built *b, int step, put_fn put, void *ud) {
     for (int i = 0; i < delta_ctx_n_tensors(b->ctx); i++) {
         delta_tensor *t = delta_ctx_tensor(b->ctx, i);
         if (delta_tensor_kind_of(t) != DELTA_KIND_INPUT) continue;
-        int64_t n = delta_tensor_numel(t);
-        void *buf = malloc(delta_tensor_bytes(t));
+        int64_t n = delta_tensor_numel(t) * train_dp.ranks;
+        char *buf = malloc(delta_tensor_bytes(t) * (size_t)train_dp.ranks);
         test_rng_seed((uint64_t)(step * 977 + i + 1));
         if (delta_tensor_dtype(t) == DELTA_I32) {
             int mod = b->model.task == DELTA_TASK_CLASSIFY ? 10 : 64;
             for (int64_t j = 0; j < n; j++)
                 ((int *)buf)[j] = (int)(test_rng_u32() % (uint32_t)mod);
         } else {
-            test_fill_rand(buf, n, -1, 1);
+            test_fill_rand((float *)buf, n, -1, 1);
         }
-        put(ud, t, buf, delta_tensor_bytes(t));
+        put(ud, t, buf + delta_tensor_bytes(t) * (size_t)train_dp.rank,
+            delta_tensor_bytes(t));
         free(buf);
     }
 }
@@ -134,9 +145,19 @@ static inline outcome train(const model_case *mc, delta_backend *be,
     built b;
     CHECK(build(mc, &b), "%s builds", mc->label);
     delta_session_opts so = {.backend = be, .budget_bytes = budget,
-                             .policy = policy};
+                             .policy = policy, .comm = train_comm};
     delta_status st;
     delta_session *s = delta_session_new(b.ctx, &so, &st, why, why_n);
+    /* data parallel: a rank that refused must not leave the others waiting
+     * in the first step's collectives */
+    double refused = s == NULL;
+    if (train_comm) delta_comm_max(train_comm, &refused, 1, "the sessions");
+    if (refused && s) {
+        delta_session_free(s);
+        s = NULL;
+        st = DELTA_ERR_BUDGET;
+        snprintf(why, why_n, "another rank refused the budget");
+    }
     if (!s) {
         delta_ctx_free(b.ctx);
         CHECK(st == DELTA_ERR_BUDGET, "refusal is a budget error: %s", why);

@@ -128,7 +128,7 @@ static void test_sizes_and_names(void) {
     FAILS(2, "unknown backend ''", "--model", "gpt2-tiny", "--backend", "");
     FAILS(2, "unknown optimizer 'SGD'", "--model", "gpt2-tiny",
           "--optimizer", "SGD");
-    FAILS(2, "a simulated GPU has its preset's link", "--model", "gpt2-tiny",
+    FAILS(2, "a simulated GPU has its preset's", "--model", "gpt2-tiny",
           "--backend", "sim", "--link-bw", "1");
     /* the top-level command */
     const char *none[] = {NULL};

@@ -222,7 +222,10 @@ static void test_programs_cover_every_op(void) {
     for (int p = 0; p < n; p++)
         for (int i = 0; i < cs[p]->n_ops; i++) seen[cs[p]->ops[i].type] = true;
     for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
-        CHECK(seen[t] || t == DELTA_OP_RESHAPE || t == DELTA_OP_CAST,
+        /* collectives run through NCCL, not delta_cuda_run:
+         * test_nccl_one_rank_is_plain */
+        CHECK(seen[t] || t == DELTA_OP_RESHAPE || t == DELTA_OP_CAST ||
+                  delta_op_is_collective((delta_op_type)t),
               "no program has a %s op",
               delta_op_type_name((delta_op_type)t));
     free_programs(cs, n);
@@ -596,13 +599,13 @@ static void ops_against_cpu(delta_backend *be, bool same_kernels, bool bf16,
         for (int i = 0; i < c->n_ops; i++) {
             const delta_op *op = &c->ops[i];
             if (op->type == DELTA_OP_RESHAPE) continue;
-            delta_kernel_env train = {c->seed, 1, true};
+            delta_kernel_env train = {c->seed, 1, true, NULL};
             check_op(be, c, op, &train, &oc, NULL);
             if (op->type == DELTA_OP_BATCHNORM ||
                 op->type == DELTA_OP_BATCHNORM_RELU ||
                 op->type == DELTA_OP_BATCHNORM_ADD_RELU ||
                 op->type == DELTA_OP_DROPOUT) {
-                delta_kernel_env eval = {c->seed, 1, false};
+                delta_kernel_env eval = {c->seed, 1, false, NULL};
                 check_op(be, c, op, &eval, &oc, NULL);
             }
         }
@@ -682,7 +685,7 @@ static bool op_chain(const model_case *mc, delta_backend *be, int steps,
     m->gpu_fed = gpu_fed;
     for (int step = 0; step < steps; step++) {
         feed_values(&b, step, exec_put, ex);
-        delta_kernel_env env = {c->seed, step, true};
+        delta_kernel_env env = {c->seed, step, true, NULL};
         for (int i = 0; i < c->n_ops; i++)
             if (c->ops[i].type != DELTA_OP_RESHAPE)
                 check_op(be, c, &c->ops[i], &env, m, vals);
@@ -1022,6 +1025,53 @@ static void test_bf16_policies_exact(void) {
     policies_exact_on(be, bf16_models, N_BF16_MODELS, false);
 }
 
+/* ---- data parallel through NCCL ------------------------------------------------ */
+
+/* GPT-2 and the ResNet on one rank whose program has the collective ops
+ * (allreduce, and ZeRO-1's reduce-scatter and allgather) run through NCCL
+ * on the communication stream: bit-identical to the plain program (the
+ * mean of one rank is its gradient), under keep and delta at 50%. On
+ * several GPUs, mpirun -np P delta train --backend cuda runs the same
+ * code with P ranks (docs/CUDA.md). */
+static void test_nccl_one_rank_is_plain(void) {
+    NEED_GPU(be);
+    char why[512];
+    if (!delta_cuda_nccl_available(why, sizeof why)) TEST_SKIP(why);
+    delta_comm *comm = delta_comm_world(why, sizeof why);
+    CHECK(comm && delta_comm_size(comm) == 1, "one rank: %s", why);
+    if (!comm) return;
+    static const int mi[] = {2, 1}; /* gpt2, resnet */
+    for (int m = 0; m < 2; m++) {
+        const model_case *mc = &models[mi[m]];
+        char *plain = NULL;
+        size_t plain_n = 0, peak;
+        delta_step_stats sum;
+        CHECK(train(mc, be, "keep", 0, &plain, &plain_n, &peak, &sum, why,
+                    sizeof why) == RAN, "plain %s: %s", mc->label, why);
+        for (int zero = 0; zero <= 1; zero++)
+            for (int pol = 0; pol < 2; pol++) {
+                train_comm = comm;
+                train_dp = (delta_dp_opts){.ranks = 1, .zero = zero,
+                                           .bucket_bytes = 16 << 10};
+                char *got = NULL;
+                size_t got_n = 0;
+                size_t budget = pol ? sum.baseline_peak_bytes / 2 : 0;
+                outcome oc = train(mc, be, pol ? "delta" : "keep", budget,
+                                   &got, &got_n, &peak, &sum, why, sizeof why);
+                train_comm = NULL;
+                train_dp = (delta_dp_opts){.ranks = 1};
+                CHECK(oc == RAN, "%s zero %d: %s", mc->label, zero, why);
+                CHECK(oc != RAN || (got_n == plain_n &&
+                                    !memcmp(got, plain, got_n)),
+                      "%s zero %d %s: NCCL's one rank differs from the plain "
+                      "run", mc->label, zero, pol ? "delta 50%" : "keep");
+                free(got);
+            }
+        free(plain);
+    }
+    delta_comm_free(comm);
+}
+
 /* ---- streams and events -------------------------------------------------------- */
 
 /* Bytes go host -> device (to-device stream), device -> device (compute,
@@ -1088,7 +1138,7 @@ static void test_copy_overlaps_kernels(void) {
     for (size_t i = 0; i < mat / 4; i++) ones[i] = 1.0f / 2048;
     delta_backend_upload(be, base, ones, mat);
     free(ones);
-    delta_kernel_env env = {1, 0, true};
+    delta_kernel_env env = {1, 0, true, NULL};
     delta_kargs k = {.op = &c->ops[0], .env = &env};
     k.in_t[0] = k.in_t[1] = a;
     k.in[0] = k.in[1] = base;
@@ -1151,6 +1201,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_copy_overlaps_kernels);
     TEST_RUN(test_policies_exact);
     TEST_RUN(test_bf16_policies_exact);
+    TEST_RUN(test_nccl_one_rank_is_plain);
     delta_backend_free(gpu_be);
     TEST_MAIN_END();
 }

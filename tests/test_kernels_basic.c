@@ -17,6 +17,7 @@
  * as NaN bytes, so an element a kernel leaves unwritten fails. */
 #include "backend/cpu/kernels.h"
 #include "core/rng.h"
+#include "delta/comm.h"
 #include "delta/cpu.h"
 #include "graph/ops_impl.h"
 
@@ -44,7 +45,7 @@ static bool same_bytes(const float *a, const float *b, int64_t n) {
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
 }
 
-static delta_kernel_env env = {42, 0, true};
+static delta_kernel_env env = {42, 0, true, NULL};
 
 /* A kernel call for op `op_id` of ctx with buffers of its own: inputs are
  * zeroed, outputs filled with NaN bytes. In-place ops (outputs that are
@@ -342,6 +343,8 @@ static void test_cpu_config(void) {
 #ifdef _OPENMP
     CHECK(strstr(f, "openmp") != NULL, "%s", f);
 #endif
+    CHECK((strstr(f, "mpi ") != NULL || strstr(f, " mpi") != NULL ||
+           !strcmp(f, "mpi")) == delta_comm_built(), "%s", f);
 #ifdef DELTA_HAVE_OPENBLAS
     CHECK(strstr(f, "openblas") != NULL, "%s", f);
     CHECK(delta_cpu_set_gemm(DELTA_GEMM_BLAS) == DELTA_OK);

@@ -89,7 +89,7 @@ static void run_kernel(const delta_kargs *k) {
  * workspace of exactly op->workspace bytes followed by a guard. */
 static void run_op(delta_ctx *ctx, const delta_op *op, bufs *b,
                    bool training) {
-    delta_kernel_env env = {7, 0, training};
+    delta_kernel_env env = {7, 0, training, NULL};
     delta_kargs k;
     memset(&k, 0, sizeof k);
     k.op = op;

@@ -27,7 +27,7 @@ static void set_threads(int n) {
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static const delta_kernel_env env = {42, 0, true};
+static const delta_kernel_env env = {42, 0, true, NULL};
 
 /* A kernel call for op `op_id` of ctx with buffers of its own: inputs are
  * zeroed, outputs are filled with NaN bytes. */

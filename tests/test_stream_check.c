@@ -110,7 +110,7 @@ static void rig_free(rig *r) {
 
 /* relu: reads x at in_off, writes y at out_off. */
 static void run_relu(rig *r, size_t in_off, size_t out_off) {
-    delta_kernel_env env = {0, 0, true};
+    delta_kernel_env env = {0, 0, true, NULL};
     delta_kargs k = {.op = r->relu, .env = &env};
     k.in_t[0] = r->ctx->tensors[r->relu->in[0]];
     k.in[0] = r->base + in_off;

@@ -65,8 +65,9 @@ delta_status cell_run(const train_config *c, cell_result *r) {
     delta_status tst = trainer_close_trace(&t);
     if (st == DELTA_OK) st = tst;
     r->st = st;
+    /* data parallel: batch is per rank, samples/s every rank's */
     if (st == DELTA_OK && r->step_s > 0)
-        r->samples_per_s = (double)r->batch / r->step_s;
+        r->samples_per_s = (double)r->batch * t.ranks / r->step_s;
     r->status = st == DELTA_OK           ? CELL_OK
                 : st == DELTA_ERR_BUDGET ? CELL_INFEASIBLE
                                          : CELL_FAILED;

@@ -30,7 +30,8 @@ typedef struct cell_result {
     int64_t steps;              /* steps trained (< cfg.steps on failure) */
     int64_t batch, seq_len;     /* the main shape (seq_len 0: images) */
     double step_s;              /* steady step: median of the tail */
-    double samples_per_s;       /* batch / step_s */
+    double samples_per_s;       /* batch x ranks / step_s (data parallel:
+                                   batch is per rank) */
     size_t peak_bytes;          /* arena high-water mark, max over steps */
     size_t budget_bytes;        /* the session's budget (0: unlimited) */
     size_t baseline_peak_bytes; /* keep's peak, from the dry plan */

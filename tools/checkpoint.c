@@ -138,7 +138,7 @@ delta_status checkpoint_save(const char *path, delta_session *s,
                              const checkpoint_extra *extra, char *err,
                              size_t err_len) {
     int n_model = 0, n_bn = 0;
-    int n_extra = extra ? extra->n_tensors : 0;
+    int n_extra = extra ? extra->n_tensors + extra->n_blobs : 0;
     for (int i = 0; i < n_model_tensors; i++) {
         const delta_tensor *t = delta_ctx_tensor(ctx, i);
         if (!is_model_tensor(t)) continue;
@@ -191,13 +191,24 @@ delta_status checkpoint_save(const char *path, delta_session *s,
             break;
         }
 
-    for (int i = 0; i < n_extra; i++) {
+    for (int i = 0; extra && i < extra->n_tensors; i++) {
         const delta_tensor *t = extra->tensors[i];
         snprintf(names[n_bn + i], sizeof names[n_bn + i], "%s%s",
                  extra->prefix, delta_tensor_name(t));
         st = read_entry(path, s, t, names[n_bn + i], false, &e[n], &bufs[n],
                         err, err_len);
         if (st != DELTA_OK) goto done;
+        n++;
+    }
+    for (int i = 0; extra && i < extra->n_blobs; i++) {
+        const checkpoint_blob *b = &extra->blobs[i];
+        char *nm = names[n_bn + extra->n_tensors + i];
+        snprintf(nm, DELTA_NAME_LEN + 32, "%s%s", extra->prefix, b->name);
+        e[n].name = nm;
+        e[n].st_dtype = "F32";
+        e[n].ndim = b->ndim;
+        for (int d = 0; d < b->ndim; d++) e[n].shape[d] = b->shape[d];
+        e[n].data = b->data;
         n++;
     }
 

@@ -27,10 +27,21 @@
 /* What turns a model file into a training checkpoint (see resume.h):
  * more tensors, read through the session like the model's and saved under
  * prefix + their own name, and more metadata (key, value pairs). */
+/* An F32 tensor already in host memory (data parallel: the optimizer
+ * state another rank holds, sent to rank 0 for the save). */
+typedef struct checkpoint_blob {
+    char name[DELTA_NAME_LEN];
+    int ndim;
+    int64_t shape[DELTA_MAX_DIMS];
+    const void *data;
+} checkpoint_blob;
+
 typedef struct checkpoint_extra {
     const char *prefix;                 /* e.g. "optimizer." */
     delta_tensor *const *tensors;
     int n_tensors;
+    const checkpoint_blob *blobs;       /* saved under prefix + name too */
+    int n_blobs;
     const char *const *meta_kv;         /* 2 * n_meta strings */
     int n_meta;
     bool bf16;  /* the model's F32 tensors rounded to BF16 (--save-dtype

@@ -1,12 +1,14 @@
 /* `delta train`: command-line options to a train_config, then the
  * trainer's phases (setup, train, evaluate, save, report). Every message
  * goes to stderr prefixed "delta train: "; results go to stdout. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "delta/delta.h"
@@ -112,6 +114,23 @@ static void usage(FILE *f) {
 "                       aborts, naming the op, tensor and streams (a bug\n"
 "                       of the runtime; docs/DEVICE.md). It costs host\n"
 "                       time, not device time\n"
+"data parallel (docs/ARCHITECTURE.md, \"Data parallel\"):\n"
+"  mpirun -np P delta train ... runs P ranks (a run without mpirun is one):\n"
+"                       --batch is per rank, each rank takes its share of\n"
+"                       every global batch of P x batch samples, gradients\n"
+"                       are averaged in a fixed order by collective ops of\n"
+"                       the step program; rank 0 prints and writes files\n"
+"  --zero N             1: ZeRO stage 1, each rank keeps the optimizer state\n"
+"                       of its own parameters (bit-identical to 0, the\n"
+"                       default)\n"
+"  --bucket SIZE        most gradient bytes per collective op (default\n"
+"                       25MiB; at most 4 tensors each)\n"
+"  --comm-timeout S     seconds a rank waits for the others before every\n"
+"                       rank is stopped (default 300)\n"
+"  --ranks P            sim and plan: stand for P ranks in one process\n"
+"                       (a run on cpu or cuda has the ranks mpirun starts)\n"
+"  --interconnect NAME  sim: the GPUs' link for the collectives: nvlink\n"
+"                       (default), pcie, infiniband (docs/DEVICE.md)\n"
 "output:\n"
 "  --save FILE          safetensors checkpoint of the trained model\n"
 "                       (PyTorch names; loads with load_state_dict)\n"
@@ -166,7 +185,9 @@ enum {
     OPT_SEQ_LEN_RANGE, OPT_DROP_LAST, OPT_CHECKPOINT_EVERY, OPT_RESUME,
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
     OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION, OPT_NO_FUSION,
-    OPT_SAVE_DTYPE,
+    OPT_SAVE_DTYPE, OPT_RANKS, OPT_ZERO, OPT_BUCKET, OPT_INTERCONNECT,
+    OPT_COMM_TIMEOUT,
+    OPT_LAST = OPT_COMM_TIMEOUT
 };
 
 static const struct option long_opts[] = {
@@ -217,6 +238,11 @@ static const struct option long_opts[] = {
     {"precision", required_argument, NULL, OPT_PRECISION},
     {"no-fusion", no_argument, NULL, OPT_NO_FUSION},
     {"save-dtype", required_argument, NULL, OPT_SAVE_DTYPE},
+    {"ranks", required_argument, NULL, OPT_RANKS},
+    {"zero", required_argument, NULL, OPT_ZERO},
+    {"bucket", required_argument, NULL, OPT_BUCKET},
+    {"interconnect", required_argument, NULL, OPT_INTERCONNECT},
+    {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
     {NULL, 0, NULL, 0},
 };
 
@@ -246,7 +272,7 @@ static const char *cur_cmd = "train";
 static struct option cur_opts[128];
 /* train's options given on the command line: bit (o - OPT_MODEL) */
 static uint64_t given;
-_Static_assert(OPT_CHECK_STREAMS - OPT_MODEL < 64, "given holds a bit each");
+_Static_assert(OPT_LAST - OPT_MODEL < 64, "given holds a bit each");
 
 /* The long name of option value v, for messages. */
 static const char *opt_name(int v) {
@@ -313,7 +339,7 @@ static int parse_args(int argc, char **argv, train_config *c,
         int prev = optind > 0 ? optind : 1;
         int o = getopt_long(argc, argv, "+:h", cur_opts, NULL);
         if (o == -1) break;
-        if (o >= OPT_MODEL && o <= OPT_CHECK_STREAMS)
+        if (o >= OPT_MODEL && o <= OPT_LAST)
             given |= (uint64_t)1 << (o - OPT_MODEL);
         snprintf(optbuf, sizeof optbuf, "--%s", opt_name(o));
         const char *opt = optbuf, *a = optarg;
@@ -520,6 +546,42 @@ static int parse_args(int argc, char **argv, train_config *c,
                 return usage_error("--save-dtype '%s': use f32 or bf16", a);
             c->save_bf16 = !strcmp(a, "bf16");
             break;
+        case OPT_RANKS:
+            if (!parse_i64(opt, a, 1, 1 << 16, &v, err, sizeof err))
+                return usage_error("%s", err);
+            c->ranks = (int)v;
+            break;
+        case OPT_ZERO:
+            if (!parse_i64(opt, a, 0, 1, &v, err, sizeof err))
+                return usage_error("%s (ZeRO stage 0: none, 1: the "
+                                   "optimizer state sharded)", err);
+            c->zero = (int)v;
+            break;
+        case OPT_BUCKET:
+            if (!parse_size(opt, a, &c->bucket_bytes, err, sizeof err))
+                return usage_error("%s", err);
+            if (!c->bucket_bytes)
+                return usage_error("%s 0: a bucket holds at least one "
+                                   "gradient; leave it out for the default "
+                                   "(25 MiB)", opt);
+            break;
+        case OPT_INTERCONNECT:
+            if (!delta_interconnect_find(a)) {
+                char list[128] = "";
+                for (const delta_interconnect *ic = delta_interconnects();
+                     ic->name; ic++)
+                    snprintf(list + strlen(list), sizeof list - strlen(list),
+                             "%s%s", list[0] ? ", " : "", ic->name);
+                return usage_error("unknown interconnect '%s'; the "
+                                   "interconnects are %s", a, list);
+            }
+            c->interconnect = a;
+            break;
+        case OPT_COMM_TIMEOUT:
+            if (!parse_f64(opt, a, 0.1, 1e7, &c->comm_timeout_s, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
         default:
             if (ext && o >= TRAIN_ARGS_EXT_BASE) {
                 int rc = ext->handle(ext->ud, o, opt, a);
@@ -597,7 +659,8 @@ static const int plan_ignores[] = {
     OPT_STEPS, OPT_SEED, OPT_LR, OPT_WEIGHT_DECAY, OPT_NO_SHUFFLE,
     OPT_DROP_LAST, OPT_THREADS, OPT_SAVE, OPT_LOAD, OPT_BACKEND, OPT_GPU,
     OPT_GPU_FILE, OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_DEVICE_JITTER, OPT_HOST_MEMORY,
-    OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_CHECK_STREAMS,
+    OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_CHECK_STREAMS, OPT_INTERCONNECT,
+    OPT_COMM_TIMEOUT,
 };
 
 /* "--steps, --lr" of the given options plan ignores into buf; false when
@@ -616,40 +679,148 @@ static bool plan_ignored(char *buf, size_t n) {
     return used > 0;
 }
 
+/* ---- ranks ---------------------------------------------------------------
+ * Under mpirun every rank parses the same command line: ranks other than 0
+ * parse with stdout and stderr silenced (their messages would repeat rank
+ * 0's), then the ranks agree on going on. A rank whose command line fails
+ * where rank 0's did not (mpirun's MPMD form) stops them all, rank 0
+ * naming it. */
+
+/* Runs parse_args with stdout and stderr on /dev/null when quiet. */
+static int parse_maybe_quiet(bool quiet, int argc, char **argv,
+                             train_config *c, const train_args_ext *ext) {
+    int saved[2] = {-1, -1};
+    if (quiet) {
+        fflush(stdout);
+        fflush(stderr);
+        int null = open("/dev/null", O_WRONLY);
+        for (int k = 0; null >= 0 && k < 2; k++) {
+            saved[k] = dup(k + 1);
+            dup2(null, k + 1);
+        }
+        if (null >= 0) close(null);
+    }
+    int rc = parse_args(argc, argv, c, ext);
+    for (int k = 0; k < 2; k++) {
+        if (saved[k] < 0) continue;
+        fflush(k ? stderr : stdout);
+        dup2(saved[k], k + 1);
+        close(saved[k]);
+    }
+    return rc;
+}
+
+/* The ranks' parse results: -1 when every rank goes on, else the exit
+ * status every rank stops with (rank 0's, or 2 when another rank's
+ * command line failed alone). */
+static int agree_parse(delta_comm *comm, const char *cmd, int rc) {
+    int P = delta_comm_size(comm);
+    if (P == 1) return rc;
+    int *all = malloc(sizeof *all * (size_t)P);
+    DELTA_ASSERTF(all, "out of memory");
+    delta_comm_allgather(comm, &rc, all, sizeof rc, "parsing the options");
+    int out = all[0];
+    for (int q = 1; q < P && out < 0; q++) {
+        if (all[q] < 0) continue;
+        if (delta_comm_rank(comm) == 0)
+            fprintf(stderr, "delta %s: rank %d could not take its command "
+                    "line, which differs from rank 0's; every rank must be "
+                    "given the same options (mpirun -np P delta %s ...)\n",
+                    cmd, q, cmd);
+        out = 2;
+    }
+    free(all);
+    return out;
+}
+
+/* MPI (or one rank) and the parsed options, agreed by every rank; -1 to
+ * go on (c->comm set; free it with delta_comm_free), else the exit status
+ * (*comm freed). */
+static int start_ranks(const char *cmd, int argc, char **argv,
+                       train_config *c, const train_args_ext *ext,
+                       delta_comm **comm) {
+    char err[512];
+    *comm = delta_comm_world(err, sizeof err);
+    if (!*comm) {
+        fprintf(stderr, "delta %s: %s\n", cmd, err);
+        return 1;
+    }
+    int rc = parse_maybe_quiet(delta_comm_rank(*comm) > 0, argc, argv, c, ext);
+    rc = agree_parse(*comm, cmd, rc);
+    if (rc >= 0) {
+        delta_comm_free(*comm);
+        *comm = NULL;
+        return rc;
+    }
+    c->comm = *comm;
+    return -1;
+}
+
+/* A failure's message: rank 0's alone when every rank failed the same way
+ * (setup, agreed; a diverged mean loss), else the failing rank's own,
+ * naming it, and every rank is stopped (MPI_Abort) so none waits for it. */
+static void report_failure(trainer *t, const char *cmd, delta_status st,
+                           bool agreed) {
+    delta_comm *comm = t->cfg.comm;
+    int P = delta_comm_size(comm), rank = delta_comm_rank(comm);
+    if (P == 1) {
+        fprintf(stderr, "delta %s: %s\n", cmd, t->err);
+        return;
+    }
+    if (agreed || t->fail_everywhere) {
+        if (rank == 0) fprintf(stderr, "delta %s: %s\n", cmd, t->err);
+        return;
+    }
+    fprintf(stderr, "delta %s: rank %d of %d: %s; stopping every rank\n", cmd,
+            rank, P, t->err);
+    delta_comm_abort(comm, trainer_exit(t, st));
+}
+
 int cmd_plan(int argc, char **argv) {
     /* train's options, with messages that name plan */
     static const struct option none[] = {{0}};
     const train_args_ext plan = {.cmd = "plan", .usage = plan_usage,
                                  .opts = none};
     train_config c;
-    int rc = parse_args(argc, argv, &c, &plan);
+    delta_comm *comm;
+    int rc = start_ranks("plan", argc, argv, &c, &plan, &comm);
     if (rc >= 0) return rc;
     char ignored[512];
-    if (plan_ignored(ignored, sizeof ignored))
+    if (delta_comm_rank(comm) == 0 && plan_ignored(ignored, sizeof ignored))
         fprintf(stderr, "delta plan: warning: ignoring %s: plan builds the "
                 "step from the model, shapes and optimizer alone and runs "
                 "nothing (delta train takes them)\n", ignored);
     c.plan_only = true;
     trainer t;
     delta_status st = trainer_setup(&t, &c);
-    if (st == DELTA_OK) st = trainer_print_plan(&t);
-    if (st != DELTA_OK) fprintf(stderr, "delta plan: %s\n", t.err);
+    st = trainer_agree(&t, st);
+    if (st == DELTA_OK && t.rank == 0) st = trainer_print_plan(&t);
+    if (st != DELTA_OK) report_failure(&t, "plan", st, true);
     rc = trainer_exit(&t, st);
     trainer_free(&t);
+    delta_comm_free(comm);
     return rc;
 }
 
 int cmd_train(int argc, char **argv) {
     train_config c;
-    int rc = train_parse_args(argc, argv, &c);
+    delta_comm *comm;
+    int rc = start_ranks("train", argc, argv, &c, NULL, &comm);
     if (rc >= 0) return rc;
     trainer t;
     delta_status st = trainer_setup(&t, &c);
+    st = trainer_agree(&t, st);
+    bool agreed = st != DELTA_OK;
+    /* several ranks save first: a ZeRO-1 checkpoint gathers every rank's
+     * state, and rank 0 alone evaluates afterwards (the others would wait
+     * for it, against the timeout) */
+    bool ranks = t.ranks > 1 && !t.sim;
     if (st == DELTA_OK) st = trainer_train(&t);
+    if (st == DELTA_OK && ranks) st = trainer_save(&t);
     if (st == DELTA_OK) st = trainer_evaluate(&t);
-    if (st == DELTA_OK) st = trainer_save(&t);
+    if (st == DELTA_OK && !ranks) st = trainer_save(&t);
     if (st == DELTA_OK) st = trainer_report(&t);
-    if (st != DELTA_OK) fprintf(stderr, "delta train: %s\n", t.err);
+    if (st != DELTA_OK) report_failure(&t, "train", st, agreed);
     /* On every path, so a run that failed still leaves a trace that opens;
      * its own failure is reported too but does not hide the first one. */
     delta_status tst = trainer_close_trace(&t);
@@ -659,5 +830,6 @@ int cmd_train(int argc, char **argv) {
     }
     int rc2 = trainer_exit(&t, st);
     trainer_free(&t);
+    delta_comm_free(comm);
     return rc2;
 }

@@ -29,6 +29,10 @@ static void print_header(const maxbatch *m, const search *keep) {
         printf(" on cpu, emulated device %s", dev);
     else
         printf(" on %s, device %s", train_backend(c), dev);
+    if (c->ranks > 1)
+        printf(", %d ranks%s on %s (batch per rank, samples/s of all)",
+               c->ranks, c->zero ? " with ZeRO-1" : "",
+               c->interconnect ? c->interconnect : "nvlink");
     printf("; %" PRId64 " steps per probe (step time: median of steps %"
            PRId64 "-%" PRId64 ")\n", c->steps, c->steps / 3 + 1, c->steps);
     if (keep->max_batch)

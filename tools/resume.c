@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "delta/comm.h"
 #include "delta/safetensors.h"
 
 #define OPT_PREFIX "optimizer."
@@ -45,7 +46,7 @@ delta_status resume_check_options(trainer *t) {
     if (c->checkpoint_every && !c->save)
         return failf(t, DELTA_ERR_INVALID_ARG, "--checkpoint-every needs "
                      "--save FILE: the checkpoints are written there");
-    if (c->resume && !c->save && !c->plan_only)
+    if (c->resume && !c->save && !c->plan_only && t->rank == 0)
         fprintf(stderr, "delta train: warning: --resume without --save: the "
                 "continued run is not saved at its end and its training is "
                 "lost; give --save FILE (the checkpoint's own path continues "
@@ -183,8 +184,98 @@ static int run_fields(trainer *t, field *f) {
                 t->data ? delta_dataset_name(t->data) : "none");
     f[n - 1].described = true;
     n = add_str(f, n, "data_id", "--data (its content)", data_identity(t));
+    /* the ranks (data parallel): each trains its share of every global
+     * batch of ranks x batch samples (resume_load refuses another count
+     * before the others are listed) */
+    n = add_i64(f, n, "ranks", "mpirun -np", t->ranks, false);
     DELTA_ASSERT(n <= MAX_FIELDS);
     return n;
+}
+
+static delta_tensor *const *optimizer_tensors(const trainer *t, int *n);
+
+/* ---- data parallel: the optimizer state of the other ranks ------------------
+ * Under ZeRO-1 each rank holds the optimizer state of its own parameters;
+ * a save gathers it on rank 0, which writes the one file. Every rank q > 0
+ * sends its count, then per tensor a header and the bytes; rank 0 takes
+ * them in rank order. Without ZeRO-1 rank 0 holds all of it. */
+
+typedef struct wire_head {
+    char name[DELTA_NAME_LEN];
+    int32_t ndim;
+    int64_t shape[DELTA_MAX_DIMS];
+    uint64_t bytes;
+} wire_head;
+
+static bool gathers_state(const trainer *t) {
+    return t->ranks > 1 && t->cfg.zero && !t->sim;
+}
+
+static delta_status send_state(trainer *t) {
+    int n;
+    delta_tensor *const *opt = optimizer_tensors(t, &n);
+    int64_t count = n;
+    delta_comm *comm = t->cfg.comm;
+    delta_comm_send(comm, &count, sizeof count, 0, "a checkpoint's state");
+    for (int i = 0; i < n; i++) {
+        const delta_tensor *x = opt[i];
+        wire_head h = {.ndim = delta_tensor_ndim(x),
+                       .bytes = delta_tensor_bytes(x)};
+        snprintf(h.name, sizeof h.name, "%s", delta_tensor_name(x));
+        for (int d = 0; d < h.ndim; d++) h.shape[d] = delta_tensor_dim(x, d);
+        void *buf = malloc(h.bytes ? h.bytes : 1);
+        if (!buf) return failf(t, DELTA_ERR_NOMEM, "out of memory");
+        delta_status st = delta_session_read(t->session, x, buf, h.bytes);
+        if (st != DELTA_OK) {
+            free(buf);
+            return failf(t, st, "reading '%s' for a checkpoint: %s", h.name,
+                         delta_session_error(t->session));
+        }
+        delta_comm_send(comm, &h, sizeof h, 0, "a checkpoint's state");
+        delta_comm_send(comm, buf, h.bytes, 0, "a checkpoint's state");
+        free(buf);
+    }
+    return DELTA_OK;
+}
+
+/* Rank 0: every other rank's state into blobs (*blobs, n; free both with
+ * free_blobs). */
+static delta_status receive_state(trainer *t, checkpoint_blob **blobs,
+                                  int *n) {
+    delta_comm *comm = t->cfg.comm;
+    *blobs = NULL;
+    *n = 0;
+    int cap = 0;
+    for (int q = 1; q < t->ranks; q++) {
+        int64_t count = 0;
+        delta_comm_recv(comm, &count, sizeof count, q, "a checkpoint's state");
+        for (int64_t i = 0; i < count; i++) {
+            wire_head h;
+            delta_comm_recv(comm, &h, sizeof h, q, "a checkpoint's state");
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 64;
+                checkpoint_blob *nb = realloc(*blobs, sizeof *nb * (size_t)cap);
+                if (!nb) return failf(t, DELTA_ERR_NOMEM, "out of memory");
+                *blobs = nb;
+            }
+            checkpoint_blob *b = &(*blobs)[*n];
+            memset(b, 0, sizeof *b);
+            void *data = malloc(h.bytes ? h.bytes : 1);
+            if (!data) return failf(t, DELTA_ERR_NOMEM, "out of memory");
+            delta_comm_recv(comm, data, h.bytes, q, "a checkpoint's state");
+            snprintf(b->name, sizeof b->name, "%s", h.name);
+            b->ndim = h.ndim;
+            for (int d = 0; d < h.ndim; d++) b->shape[d] = h.shape[d];
+            b->data = data;
+            (*n)++;
+        }
+    }
+    return DELTA_OK;
+}
+
+static void free_blobs(checkpoint_blob *blobs, int n) {
+    for (int i = 0; i < n; i++) free((void *)blobs[i].data);
+    free(blobs);
 }
 
 /* ---- save ------------------------------------------------------------------- */
@@ -202,9 +293,25 @@ static delta_tensor *const *optimizer_tensors(const trainer *t, int *n) {
 }
 
 delta_status resume_save(trainer *t) {
+    int64_t step = t->start_step + t->result.steps_done;
+    /* data parallel: rank 0 writes the one file, the others send it the
+     * state only they hold */
+    if (t->rank > 0) {
+        delta_status st = gathers_state(t) ? send_state(t) : DELTA_OK;
+        if (st == DELTA_OK) t->saved_step = step;
+        return st;
+    }
+    checkpoint_blob *blobs = NULL;
+    int n_blobs = 0;
+    if (gathers_state(t)) {
+        delta_status st = receive_state(t, &blobs, &n_blobs);
+        if (st != DELTA_OK) {
+            free_blobs(blobs, n_blobs);
+            return st;
+        }
+    }
     field f[MAX_FIELDS];
     int nf = run_fields(t, f);
-    int64_t step = t->start_step + t->result.steps_done;
     delta_loader_pos pos = {0, 0};
     if (t->loader) pos = delta_loader_get_pos(t->loader);
     char session_step[24], epoch[24], index[24];
@@ -223,11 +330,13 @@ delta_status resume_save(trainer *t) {
         kv[2 * nm] = f[i].key, kv[2 * nm + 1] = f[i].value, nm++;
     }
     checkpoint_extra extra = {.prefix = OPT_PREFIX, .meta_kv = kv,
-                              .n_meta = nm};
+                              .n_meta = nm, .blobs = blobs,
+                              .n_blobs = n_blobs};
     extra.tensors = optimizer_tensors(t, &extra.n_tensors);
     delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
                                       t->n_model_tensors, &t->shapes[0].model,
                                       step, &extra, t->err, sizeof t->err);
+    free_blobs(blobs, n_blobs);
     if (st == DELTA_OK) t->saved_step = step;
     return st;
 }
@@ -254,11 +363,14 @@ static int compare_settings(trainer *t, const delta_st_file *f) {
         /* files from before data_id: the data as described (path) */
         if (cur[i].described && delta_st_metadata(f, "data_id")) continue;
         if (!was && !strcmp(cur[i].key, "data_id")) continue;
-        /* files from before --precision trained in fp32 */
+        /* files from before --precision trained in fp32; from before
+         * data parallel, on one rank */
         if (!was && !strcmp(cur[i].key, "precision")) was = "fp32";
-        if (!was) was = cur[i].model ? "0" : "(none)";
+        if (!was) was = cur[i].model                  ? "0"
+                        : !strcmp(cur[i].key, "ranks") ? "1"
+                                                       : "(none)";
         if (!strcmp(was, cur[i].value)) continue;
-        if (differ++ < MAX_LISTED)
+        if (differ++ < MAX_LISTED && t->rank == 0)
             fprintf(stderr, "  %s: %s in the checkpoint, %s in this run\n",
                     cur[i].option, was, cur[i].value);
     }
@@ -332,9 +444,25 @@ delta_status resume_load(trainer *t) {
                    "metadata", path);
         goto done;
     }
+    /* another number of ranks: its own message, before the list */
+    const char *was_ranks = delta_st_metadata(f, "ranks");
+    int64_t file_ranks = was_ranks ? strtoll(was_ranks, NULL, 10) : 1;
+    if (file_ranks != t->ranks) {
+        char how[64];
+        if (file_ranks == 1) snprintf(how, sizeof how, "without mpirun");
+        else snprintf(how, sizeof how, "mpirun -np %" PRId64 " delta train",
+                      file_ranks);
+        st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained by %"
+                   PRId64 " rank%s and this run has %d; resume it on %" PRId64
+                   " (%s ...): --batch is per rank, so another count would "
+                   "train other global batches (delta does not reshard a "
+                   "run)", path, file_ranks, file_ranks == 1 ? "" : "s",
+                   t->ranks, file_ranks, how);
+        goto done;
+    }
     differ = compare_settings(t, f);
     if (differ) {
-        if (differ > MAX_LISTED)
+        if (differ > MAX_LISTED && t->rank == 0)
             fprintf(stderr, "  ... and %d more\n", differ - MAX_LISTED);
         st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained with "
                    "other settings (%d differ%s, listed above); resume with "

@@ -19,6 +19,7 @@
 
 #include "checkpoint.h"
 #include "outfile.h"
+#include "delta/comm.h"
 #include "delta/cpu.h"
 #include "progress.h"
 #include "resume.h"
@@ -298,7 +299,8 @@ static const char *seq_range_str(const train_config *c, char *buf,
 
 /* Whether the run ends with a test-set evaluation. */
 static bool will_evaluate(const trainer *t) {
-    return t->image && t->fmnist_dir && !t->sim && t->cfg.eval_batches != 0;
+    return t->image && t->fmnist_dir && !t->sim && t->cfg.eval_batches != 0 &&
+           t->rank == 0; /* rank 0 evaluates: its weights are everyone's */
 }
 
 /* Builds the step program (model, backward, optimizer) of shape (batch,
@@ -321,6 +323,12 @@ static delta_status build_shape(trainer *t, int64_t batch, int64_t seq_len,
     sh->n_model_tensors = delta_ctx_n_tensors(sh->ctx);
     delta_ctx *ctx = sh->ctx;
     st = delta_backward(ctx, sh->model.loss);
+    /* data parallel: the gradients' collectives inside backward, ZeRO-1's
+     * shards (the optimizer then updates this rank's parameters only) */
+    if (st == DELTA_OK && t->ranks > 1)
+        st = delta_data_parallel(ctx, &(delta_dp_opts){
+            .ranks = t->ranks, .rank = t->rank, .zero = c->zero,
+            .bucket_bytes = c->bucket_bytes});
     if (st == DELTA_OK) {
         bool sgd = c->optimizer == TRAIN_OPT_SGD;
         t->optimizer_name = sgd ? "sgd" : "adamw";
@@ -466,8 +474,10 @@ static delta_status make_backend(trainer *t) {
     /* Every backend's options; the registry reads the one it makes.
      * The cpu link: unthrottled when nothing can be swapped (no budget);
      * with a budget the backend's default (see delta/backend.h). */
-    delta_sim_backend_opts sim = {.gpu = gpu ? gpu->name : NULL,
-                                  .device = gpu};
+    delta_sim_backend_opts sim = {
+        .gpu = gpu ? gpu->name : NULL, .device = gpu,
+        .interconnect = delta_interconnect_find(
+            c->interconnect ? c->interconnect : "nvlink")};
     delta_cuda_backend_opts cuda = {.device = 0};
     bool budget = c->budget.kind != BUDGET_UNLIMITED;
     delta_cpu_backend_opts cpu = {
@@ -561,6 +571,7 @@ static delta_status open_session(trainer *t, int i) {
         .run_ahead = t->cfg.run_ahead,
         .sync_every_op = t->cfg.sync_every_op,
         .check_streams = t->cfg.check_streams,
+        .comm = t->sim ? NULL : t->cfg.comm,
     };
     delta_status st;
     char sub[512], sh_str[64];
@@ -646,6 +657,7 @@ static delta_status use_shape(trainer *t, int64_t batch, int64_t seq_len) {
  * killed saves of that path left. */
 static delta_status check_outputs(trainer *t) {
     const train_config *c = &t->cfg;
+    if (t->rank > 0) return DELTA_OK; /* rank 0 writes every file */
     /* no output may be another output's file or one the run reads (the
      * data; the JSON log and the trace not --load's or --resume's file
      * either, while --save may be: a resumed run saves in place) */
@@ -676,12 +688,58 @@ static delta_status check_outputs(trainer *t) {
     return DELTA_OK;
 }
 
+/* This process's rank and the ranks of the run: the comm's (mpirun), or on
+ * the sim and in delta plan those --ranks stands for. Ranks other than 0
+ * print nothing and write no file but what a checkpoint needs of them. */
+static delta_status setup_ranks(trainer *t) {
+    train_config *c = &t->cfg;
+    t->rank = delta_comm_rank(c->comm);
+    t->ranks = delta_comm_size(c->comm);
+    if (c->comm_timeout_s > 0) delta_comm_set_timeout(c->comm, c->comm_timeout_s);
+    if (t->sim && t->ranks > 1)
+        return fail(t, DELTA_ERR_INVALID_ARG, "the sim backend stands for "
+                    "several GPUs in one process: run it without mpirun, "
+                    "with --ranks %d", t->ranks);
+    if (c->ranks && t->ranks > 1 && c->ranks != t->ranks)
+        return fail(t, DELTA_ERR_INVALID_ARG, "--ranks %d: this run has %d "
+                    "ranks (mpirun -np %d); leave --ranks out", c->ranks,
+                    t->ranks, t->ranks);
+    if (c->ranks > 1 && t->ranks == 1 && !t->sim && !c->plan_only)
+        return fail(t, DELTA_ERR_INVALID_ARG, "--ranks %d: a run on the %s "
+                    "backend has the ranks mpirun starts (mpirun -np %d "
+                    "delta train ...); --ranks is for --backend sim and "
+                    "delta plan", c->ranks, train_backend(c), c->ranks);
+    if (c->ranks) t->ranks = c->ranks;
+    char why[512];
+    if (train_on(c, "cuda") && t->ranks > 1 && !c->plan_only &&
+        !delta_cuda_nccl_available(why, sizeof why))
+        return fail(t, DELTA_ERR_UNSUPPORTED, "%d ranks on --backend cuda "
+                    "reduce through NCCL: %s", t->ranks, why);
+    if (c->interconnect && !t->sim)
+        return fail(t, DELTA_ERR_INVALID_ARG, "--interconnect prices the "
+                    "collectives on a simulated GPU (--backend sim); real "
+                    "ranks use the link they have");
+    if (c->zero && t->ranks == 1 && t->rank == 0 && !c->quiet)
+        fprintf(stderr, "delta %s: warning: --zero 1 shards the optimizer "
+                "state across ranks, and this run has one (mpirun -np P, or "
+                "--ranks P on the sim and in plan)\n",
+                c->plan_only ? "plan" : "train");
+    if (t->rank > 0) {
+        c->quiet = true;
+        c->json = NULL;
+        c->trace = NULL;
+    }
+    return DELTA_OK;
+}
+
 delta_status trainer_setup(trainer *t, const train_config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     train_config *c = &t->cfg;
-    t->info = c->quiet ? NULL : stderr;
     t->sim = train_on(c, "sim");
+    delta_status st_r = setup_ranks(t);
+    t->info = c->quiet ? NULL : stderr;
+    if (st_r != DELTA_OK) return st_r;
     t->result.final_loss = NAN;
     if (!c->gpu)
         c->gpu = c->gpu_device ? c->gpu_device->name
@@ -806,6 +864,12 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
                                      !c->no_shuffle, c->drop_last, &st, sub,
                                      sizeof sub);
         if (!t->loader) return fail(t, st, "%s", sub);
+        if (t->ranks > 1 &&
+            delta_loader_set_shard(t->loader, t->rank, t->ranks) != DELTA_OK)
+            return fail(t, DELTA_ERR_INVALID_ARG, "--drop-last: %" PRId64
+                        " samples hold no global batch of %d ranks x %"
+                        PRId64 "; give a smaller --batch or fewer ranks",
+                        delta_dataset_len(t->data), t->ranks, m->batch);
         if (delta_batch_alloc(&t->batch, t->data, m->batch) != DELTA_OK)
             return fail(t, DELTA_ERR_NOMEM, "out of memory for a batch");
         delta_data_info in = delta_dataset_info(t->data);
@@ -813,15 +877,22 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
                      (size_t)(m->batch * in.input_numel) * 4);
         DELTA_ASSERT(delta_tensor_bytes(t->model.target) ==
                      (size_t)(m->batch * in.target_numel) * 4);
-        int64_t rest = in.len % m->batch;
-        if (rest && !c->drop_last)
-            info(t, "each epoch ends with a batch of %" PRId64 " (%" PRId64
+        int64_t global = m->batch * t->ranks;
+        int64_t rest = in.len % global;
+        if (rest / t->ranks && !c->drop_last)
+            info(t, "each epoch ends with a batch of %" PRId64 "%s (%" PRId64
                  " samples are not a multiple of %" PRId64 "): trained as "
-                 "its own shape (--drop-last skips it)", rest, in.len,
-                 m->batch);
+                 "its own shape (--drop-last skips it)", rest / t->ranks,
+                 t->ranks > 1 ? " per rank" : "", in.len, global);
+        if (rest % t->ranks && !c->drop_last)
+            info(t, "each epoch's last %" PRId64 " sample%s, left over when "
+                 "its last batch is shared among %d ranks, %s skipped",
+                 rest % t->ranks, rest % t->ranks == 1 ? "" : "s", t->ranks,
+                 rest % t->ranks == 1 ? "is" : "are");
     }
     if (c->seq_len_max || (t->loader && !c->drop_last &&
-                           delta_dataset_len(t->data) % m->batch))
+                           delta_dataset_len(t->data) % (m->batch * t->ranks) /
+                               t->ranks))
         info(t, "shapes change during the run: each shape's program is "
              "built once and reused%s "
              "(batch %" PRId64 "%s%s)", t->budget_bytes ? "; the budget is "
@@ -907,8 +978,22 @@ static int64_t step_seq_len(const trainer *t, int64_t step) {
            (int64_t)(((unsigned __int128)r * span) >> 64);
 }
 
+/* Test hooks (docs/CHECKPOINTS.md, "Faults"): DELTA_TEST_RANK_FAIL=R:S
+ * makes rank R fail at step S with a message, DELTA_TEST_RANK_HANG=R:S
+ * makes it stop answering there (it sleeps until killed), so the tests see
+ * every rank stopped either way. The step of rank `rank` they name, or -1. */
+static int64_t test_hook_step(const char *var, int rank) {
+    const char *v = getenv(var);
+    int r = -1;
+    long long s = -1;
+    if (!v || sscanf(v, "%d:%lld", &r, &s) != 2 || r != rank) return -1;
+    return s;
+}
+
 delta_status trainer_train(trainer *t) {
     const train_config *c = &t->cfg;
+    int64_t fail_at = test_hook_step("DELTA_TEST_RANK_FAIL", t->rank);
+    int64_t hang_at = test_hook_step("DELTA_TEST_RANK_HANG", t->rank);
     /* a copy: shapes[] grows (and moves) as new shapes come */
     const delta_model_config main_cfg = t->shapes[0].model.cfg,
                              *m = &main_cfg;
@@ -924,8 +1009,9 @@ delta_status trainer_train(trainer *t) {
         free(step_units);
         return fail(t, DELTA_ERR_NOMEM, "out of memory");
     }
-    double units = t->image ? (double)m->batch
-                            : (double)(m->batch * m->seq_len);
+    /* samples or tokens of a step over all ranks */
+    double units = (double)t->ranks * (t->image ? (double)m->batch
+                                                : (double)(m->batch * m->seq_len));
     progress p;
     progress_init(&p, progress_pick_mode(stderr, c->quiet), stderr, c->steps,
                   t->image ? "samples" : "tokens", units, t->sim,
@@ -935,6 +1021,13 @@ delta_status trainer_train(trainer *t) {
     bool one_shape = true;
     double t0 = progress_now();
     for (int64_t i = 0; i < steps; i++) {
+        if (first + i + 1 == fail_at) {
+            st = fail(t, DELTA_ERR_STATE, "step %" PRId64 ": "
+                      "DELTA_TEST_RANK_FAIL: rank %d fails here as asked",
+                      fail_at, t->rank);
+            break;
+        }
+        while (first + i + 1 == hang_at) sleep(1000);
         int64_t T = step_seq_len(t, delta_session_step(t->session));
         int64_t n = m->batch;
         if (t->loader) {
@@ -954,7 +1047,8 @@ delta_status trainer_train(trainer *t) {
             r->shapes++;
         }
         r->partial_batches += n < m->batch;
-        step_units[i] = t->image ? (double)n : (double)(n * T);
+        step_units[i] = (double)t->ranks * (t->image ? (double)n
+                                                     : (double)(n * T));
         one_shape &= step_units[i] == units;
         p.units_per_step = step_units[i];
         delta_step_stats s = {0};
@@ -982,6 +1076,12 @@ delta_status trainer_train(trainer *t) {
                 break;
             }
             loss = l;
+            /* data parallel: the mean over the ranks (summed in rank
+             * order: every rank reports the same figure) */
+            if (t->ranks > 1) {
+                delta_comm_sum(c->comm, &loss, 1, "the step's loss");
+                loss /= t->ranks;
+            }
         }
         times[i] = s.step_s;
         if (t->step_log) t->step_log[i] = s;
@@ -992,6 +1092,7 @@ delta_status trainer_train(trainer *t) {
         json_log_step(t->json, first + i + 1, loss, &s, t->budget_bytes != 0,
                       n, T);
         if (!t->sim && !isfinite(loss)) {
+            t->fail_everywhere = true; /* every rank has this mean */
             st = fail(t, DELTA_ERR_STATE, "the loss is %g at step %" PRId64
                       ": training diverged; try a lower --lr (now %g)", loss,
                       first + i + 1, t->lr);
@@ -1003,6 +1104,13 @@ delta_status trainer_train(trainer *t) {
         }
     }
     progress_finish(&p);
+    /* data parallel: the largest rank's peak (the budget is per rank), now,
+     * while every rank is here (rank 0 alone evaluates afterwards) */
+    if (st == DELTA_OK && t->ranks > 1 && !t->sim) {
+        double peak = (double)r->peak_device_bytes;
+        delta_comm_max(c->comm, &peak, 1, "the ranks' peaks");
+        r->peak_device_bytes = (size_t)peak;
+    }
     if (st != DELTA_OK) resume_note_failure(t);
     r->train_s = progress_now() - t0;
     /* One shape: per the median step (robust to a slow first step); with
@@ -1118,7 +1226,8 @@ delta_status trainer_save(trainer *t) {
     }
     /* The current session's tensors (the same at every shape) under the
      * main shape's config (its seq_len, the longest, goes in the
-     * metadata). */
+     * metadata). Rank 0 writes: every rank holds every parameter. */
+    if (t->rank > 0) return DELTA_OK;
     checkpoint_extra weights = {.bf16 = t->cfg.save_bf16};
     delta_status st = wrote(
         t, checkpoint_save(t->cfg.save, t->session, t->ctx,
@@ -1191,8 +1300,9 @@ static void print_shapes(const trainer *t) {
 
 delta_status trainer_report(trainer *t) {
     const train_config *c = &t->cfg;
-    const train_result *r = &t->result;
+    train_result *r = &t->result;
     const delta_model_config *m = &t->shapes[0].model.cfg;
+    if (t->rank > 0) return DELTA_OK;
     char peak[32], budget[32], line[512];
     delta_format_bytes((double)r->peak_device_bytes, peak, sizeof peak);
     if (t->budget_bytes)
@@ -1200,23 +1310,32 @@ delta_status trainer_report(trainer *t) {
     else
         snprintf(budget, sizeof budget, "unlimited");
     const char *unit = t->image ? "samples/s" : "tokens/s";
+    /* "4", or "4 per rank x 2 ranks" (ZeRO-1 said too); the peak is then
+     * the largest rank's */
+    char bstr[96];
+    if (t->ranks > 1)
+        snprintf(bstr, sizeof bstr, "%" PRId64 " per rank x %d ranks%s",
+                 m->batch, t->ranks, c->zero ? " (ZeRO-1)" : "");
+    else
+        snprintf(bstr, sizeof bstr, "%" PRId64, m->batch);
+    const char *per = t->ranks > 1 ? " per rank" : "";
     int n;
     if (r->steps_done == 0)
-        n = snprintf(line, sizeof line, "%s: 0 steps of batch %" PRId64
-                     ", nothing trained", m->name, m->batch);
+        n = snprintf(line, sizeof line, "%s: 0 steps of batch %s, nothing "
+                     "trained", m->name, bstr);
     else if (t->sim)
         n = snprintf(line, sizeof line, "%s on simulated %s: %" PRId64
-                     " steps of batch %" PRId64 ", median step %.4g s "
-                     "(simulated), %.0f %s, peak device memory %s of %s "
-                     "(policy %s)", m->name, c->gpu, r->steps_done, m->batch,
-                     r->median_step_s, r->units_per_s, unit, peak, budget,
-                     c->policy);
+                     " steps of batch %s, median step %.4g s "
+                     "(simulated), %.0f %s, peak device memory%s %s of %s "
+                     "(policy %s)", m->name, c->gpu, r->steps_done, bstr,
+                     r->median_step_s, r->units_per_s, unit, per, peak,
+                     budget, c->policy);
     else
-        n = snprintf(line, sizeof line, "%s: %" PRId64 " steps of batch %"
-                     PRId64 " in %.1f s, final loss %.4f, %.0f %s, peak "
-                     "device memory %s (budget %s, policy %s)", m->name,
-                     r->steps_done, m->batch, r->train_s, r->final_loss,
-                     r->units_per_s, unit, peak, budget, c->policy);
+        n = snprintf(line, sizeof line, "%s: %" PRId64 " steps of batch %s "
+                     "in %.1f s, final loss %.4f, %.0f %s, peak device "
+                     "memory%s %s (budget %s, policy %s)", m->name,
+                     r->steps_done, bstr, r->train_s, r->final_loss,
+                     r->units_per_s, unit, per, peak, budget, c->policy);
     if (c->quiet && r->evaluated && n > 0 && (size_t)n < sizeof line)
         snprintf(line + n, sizeof line - (size_t)n, ", test accuracy %.4f",
                  r->test_accuracy);
@@ -1237,6 +1356,13 @@ delta_status trainer_report(trainer *t) {
     }
     cJSON_AddStringToObject(s, "model", m->name);
     cJSON_AddNumberToObject(s, "batch", (double)m->batch);
+    /* data parallel: batch is per rank, the loss the ranks' mean and the
+     * peak the largest rank's */
+    cJSON_AddNumberToObject(s, "ranks", (double)t->ranks);
+    cJSON_AddNumberToObject(s, "zero", (double)(t->ranks > 1 ? c->zero : 0));
+    if (t->sim && t->ranks > 1)
+        cJSON_AddStringToObject(s, "interconnect",
+                                c->interconnect ? c->interconnect : "nvlink");
     cJSON_AddNumberToObject(s, "steps", (double)r->steps_done);
     cJSON_AddStringToObject(s, "backend", train_backend(c));
     if (t->sim) cJSON_AddStringToObject(s, "gpu", c->gpu);
@@ -1383,12 +1509,37 @@ delta_status trainer_print_plan(trainer *t) {
     printf("  minimum budget %s, for op %d (%s, %s)\n",
            delta_format_bytes((double)p->min_budget_bytes, b[7], 32),
            p->min_budget_op, p->min_budget_op_type, p->min_budget_op_name);
+    /* data parallel: the figures above are one rank's */
+    int n_coll = 0, n_params = 0, owned = 0;
+    for (int i = 0; t->ranks > 1 && i < delta_ctx_n_ops(t->ctx); i++) {
+        delta_op_info oi;
+        delta_ctx_op_info(t->ctx, i, &oi);
+        n_coll += !strcmp(oi.type, "allreduce") ||
+                  !strcmp(oi.type, "reduce_scatter");
+    }
+    for (int i = 0; t->ranks > 1 && i < delta_ctx_n_tensors(t->ctx); i++) {
+        const delta_tensor *x = delta_ctx_tensor(t->ctx, i);
+        if (delta_tensor_kind_of(x) != DELTA_KIND_PARAM) continue;
+        n_params++;
+        owned += delta_dp_owner(x) == t->rank;
+    }
+    if (t->ranks > 1 && t->cfg.zero)
+        printf("  data parallel: rank %d of %d, gradients in %d collectives; "
+               "ZeRO-1: this rank updates and keeps the optimizer state of %d "
+               "of the %d parameters\n", t->rank, t->ranks, n_coll, owned,
+               n_params);
+    else if (t->ranks > 1)
+        printf("  data parallel: rank %d of %d, gradients in %d collectives; "
+               "every rank keeps the whole optimizer state (--zero 1 shards "
+               "it)\n", t->rank, t->ranks, n_coll);
     if (!t->json) return DELTA_OK;
     cJSON *top = cJSON_CreateObject();
     cJSON *s = cJSON_AddObjectToObject(top, "plan");
     cJSON_AddStringToObject(s, "model", m->name);
     cJSON_AddNumberToObject(s, "batch", (double)m->batch);
     cJSON_AddNumberToObject(s, "ops", p->n_ops);
+    cJSON_AddNumberToObject(s, "ranks", t->ranks);
+    cJSON_AddNumberToObject(s, "zero", t->ranks > 1 ? t->cfg.zero : 0);
     cJSON_AddNumberToObject(s, "param_bytes", (double)p->param_bytes);
     cJSON_AddNumberToObject(s, "grad_bytes", (double)p->grad_bytes);
     cJSON_AddNumberToObject(s, "state_bytes", (double)(p->state_bytes + p->const_bytes));
@@ -1409,4 +1560,131 @@ delta_status trainer_print_plan(trainer *t) {
     t->json = NULL;
     if (!ok) return wrote(t, fail(t, DELTA_ERR_IO, "--json: %s", sub));
     return DELTA_OK;
+}
+
+/* ---- data parallel: the ranks agree ----------------------------------------
+ * Every rank's setup outcome, message and settings go to every rank (one
+ * allgather of fixed-size records), so they all reach the same decision
+ * and rank 0 can name the rank and the setting. */
+
+#define AGREE_SETTINGS 3072
+
+/* The settings every rank must share, as "--option value" lines: what
+ * decides the values computed (model, shapes, data, optimizer, seed) and
+ * how the step runs (policy, budget, steps, ZeRO, buckets, backend,
+ * checkpoints). Threads, the link, jitter and output paths may differ. */
+static void settings_text(const trainer *t, char *buf, size_t n) {
+    const train_config *c = &t->cfg;
+    const delta_model_config *m = t->n_shapes ? &t->shapes[0].model.cfg
+                                              : &c->model;
+    size_t k = 0;
+#define SET(opt, fmt, ...)                                                    \
+    do {                                                                      \
+        if (k < n)                                                            \
+            k += (size_t)snprintf(buf + k, n - k, opt " " fmt "\n",           \
+                                  __VA_ARGS__);                               \
+    } while (0)
+    SET("--model", "%s", m->name ? m->name : "(none)");
+    SET("--image-size", "%" PRId64, m->image_size);
+    SET("--channels", "%" PRId64, m->channels);
+    SET("--classes", "%" PRId64, m->classes);
+    SET("--width", "%" PRId64, m->width);
+    SET("--hidden", "%" PRId64 " %" PRId64, m->hidden, m->mlp_hidden);
+    SET("--layers", "%" PRId64, m->layers);
+    SET("--heads", "%" PRId64, m->heads);
+    SET("--seq-len", "%" PRId64, m->seq_len);
+    SET("--vocab", "%" PRId64, m->vocab);
+    SET("--precision", "%d", (int)m->precision);
+    SET("--batch", "%" PRId64, m->batch);
+    SET("--dropout", "%.9g", (double)m->dropout);
+    SET("--seed", "%" PRIu64, c->seed);
+    SET("--data", "%s (%" PRId64 " samples)",
+        t->data ? delta_dataset_name(t->data) : "none",
+        t->data ? delta_dataset_len(t->data) : 0);
+    SET("--seq-len-range", "%" PRId64 ":%" PRId64, c->seq_len_min,
+        c->seq_len_max);
+    SET("--drop-last", "%d", (int)c->drop_last);
+    SET("--no-shuffle", "%d", (int)c->no_shuffle);
+    SET("--optimizer", "%s", t->optimizer_name ? t->optimizer_name : "?");
+    SET("--lr", "%.17g", t->lr);
+    SET("--momentum", "%.17g", t->momentum);
+    SET("--weight-decay", "%.17g", t->weight_decay);
+    SET("--steps", "%" PRId64, c->steps);
+    SET("--policy", "%s", c->policy ? c->policy : "?");
+    /* as given: a percentage is of each rank's own plan (ZeRO-1's differ) */
+    if (c->budget.kind == BUDGET_PERCENT)
+        SET("--budget", "%.17g%%", c->budget.percent);
+    else if (c->budget.kind == BUDGET_BYTES)
+        SET("--budget", "%zu bytes", c->budget.bytes);
+    else
+        SET("--budget", "%s", "unlimited");
+    SET("--zero", "%d", c->zero);
+    SET("--bucket", "%zu", c->bucket_bytes);
+    SET("--backend", "%s", train_backend(c));
+    SET("--checkpoint-every", "%" PRId64, c->checkpoint_every);
+    SET("--save", "%s", c->save ? "given" : "none");
+    SET("--resume", "%s", c->resume ? c->resume : "none");
+    SET("--load", "%s", c->load ? c->load : "none");
+    SET("--eval-batches", "%" PRId64, c->eval_batches);
+#undef SET
+}
+
+/* The value of option `opt` in a settings text, into v. */
+static void setting_of(const char *text, const char *opt, char *v, size_t n) {
+    size_t len = strlen(opt);
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n');
+        if (!e) e = l + strlen(l);
+        if (!strncmp(l, opt, len) && l[len] == ' ') {
+            snprintf(v, n, "%.*s", (int)(e - l - len - 1), l + len + 1);
+            return;
+        }
+        l = *e ? e + 1 : e;
+    }
+    snprintf(v, n, "(none)");
+}
+
+typedef struct agree_rec {
+    int32_t st;
+    char err[sizeof ((trainer *)0)->err];
+    char settings[AGREE_SETTINGS];
+} agree_rec;
+
+delta_status trainer_agree(trainer *t, delta_status st) {
+    delta_comm *comm = t->cfg.comm;
+    int P = delta_comm_size(comm);
+    if (P == 1) return st;
+    agree_rec *mine = calloc(1, sizeof *mine);
+    agree_rec *all = calloc((size_t)P, sizeof *all);
+    DELTA_ASSERTF(mine && all, "out of memory");
+    mine->st = (int32_t)st;
+    snprintf(mine->err, sizeof mine->err, "%s", t->err);
+    if (st == DELTA_OK) settings_text(t, mine->settings, sizeof mine->settings);
+    delta_comm_allgather(comm, mine, all, sizeof *mine, "the ranks' setup");
+    delta_status out = DELTA_OK;
+    for (int q = 0; q < P && out == DELTA_OK; q++) {
+        if (all[q].st == DELTA_OK) continue;
+        out = (delta_status)all[q].st;
+        if (q == 0) snprintf(t->err, sizeof t->err, "%s", all[0].err);
+        else snprintf(t->err, sizeof t->err, "rank %d: %.900s", q, all[q].err);
+    }
+    for (int q = 1; q < P && out == DELTA_OK; q++) {
+        if (!strcmp(all[q].settings, all[0].settings)) continue;
+        /* the first line that differs names the setting */
+        const char *a = all[0].settings, *b = all[q].settings;
+        while (*a && *a == *b) a++, b++;
+        while (a > all[0].settings && a[-1] != '\n') a--;
+        char opt[64], va[256], vb[256];
+        snprintf(opt, sizeof opt, "%.*s", (int)strcspn(a, " \n"), a);
+        setting_of(all[0].settings, opt, va, sizeof va);
+        setting_of(all[q].settings, opt, vb, sizeof vb);
+        out = fail(t, DELTA_ERR_INVALID_ARG, "the ranks were given other "
+                   "settings: %s is %s on rank 0 and %s on rank %d; every "
+                   "rank must train the same program on its share of the "
+                   "data (mpirun -np P delta train ..., one command line)",
+                   opt, va, vb, q);
+    }
+    free(mine);
+    free(all);
+    return out;
 }

@@ -105,6 +105,18 @@ typedef struct train_config {
     bool sync_every_op;                 /* the host waits for every op */
     /* --check-streams: sessions run on the stream-order checker */
     bool check_streams;
+    /* Data parallel (docs/ARCHITECTURE.md, "Data parallel"). comm: the
+     * ranks of this process (delta_comm_world; not owned; NULL: one rank).
+     * ranks: --ranks, the ranks the sim and plan stand for (0: comm's);
+     * zero: --zero (0 or 1); bucket_bytes: --bucket (0: the library's
+     * default); interconnect: --interconnect, the sim's link between GPUs
+     * (NULL: nvlink); comm_timeout_s: --comm-timeout (0: the comm's). */
+    struct delta_comm *comm;
+    int ranks;
+    int zero;
+    size_t bucket_bytes;
+    const char *interconnect;
+    double comm_timeout_s;
 } train_config;
 
 /* The run's backend name ("cpu" when none was given). */
@@ -203,6 +215,12 @@ typedef struct trainer {
      * owned): trainer_train writes each step's figures into it, for
      * commands that summarize steps themselves (maxbatch, bench). */
     delta_step_stats *step_log;
+    /* Data parallel: this process's rank of `ranks` (0 of 1 without), and
+     * whether a failure is known to be every rank's (the mean loss
+     * diverged), so that rank 0 alone reports it. Only rank 0 prints and
+     * writes files. */
+    int rank, ranks;
+    bool fail_everywhere;
     char err[1024];
 } trainer;
 
@@ -242,6 +260,15 @@ delta_status trainer_close_trace(trainer *t);
 
 /* Frees everything (closing a trace still open without a word). */
 void trainer_free(trainer *t);
+
+/* Data parallel, after trainer_setup on every rank: the ranks compare
+ * their settings (model, batch, data, optimizer, seed, policy, budget,
+ * steps, ZeRO, ...) and their setup's outcome. A setup that failed on any
+ * rank, or settings that differ, fail every rank with one message, which
+ * rank 0 prints (the first failing rank's own message, or the setting
+ * that differs and its values); st is this rank's setup status. One rank:
+ * st. */
+delta_status trainer_agree(trainer *t, delta_status st);
 
 /* 0 for DELTA_OK, 3 for DELTA_ERR_BUDGET, 2 for bad input (invalid
  * arguments, shapes, unreadable or malformed files, unsupported

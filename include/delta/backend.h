@@ -112,12 +112,37 @@ DELTA_API void delta_gpu_file_free(delta_gpu_preset *g);
 DELTA_API double delta_gpu_op_seconds(const delta_gpu_preset *g,
                                       const delta_ctx *ctx, int op);
 
+/* The link between the GPUs of a data-parallel run, for the simulator's
+ * collective ops (figures and sources: src/backend/sim/presets.c and
+ * docs/DEVICE.md, "Interconnects"). A collective over P ranks of a buffer
+ * of B bytes is priced as a ring: an allreduce takes
+ *     2 (P - 1) / P x B / bytes_per_s + 2 (P - 1) x latency_s,
+ * a reduce-scatter or an allgather half of that; 0 with one rank. */
+typedef struct delta_interconnect {
+    const char *name;          /* "nvlink", "pcie", "infiniband" */
+    const char *description;
+    double bytes_per_s;        /* per GPU and direction, effective */
+    double latency_s;          /* per step of the ring */
+} delta_interconnect;
+/* Presets, NULL-name terminated: nvlink, pcie, infiniband. */
+DELTA_API const delta_interconnect *delta_interconnects(void);
+DELTA_API const delta_interconnect *delta_interconnect_find(const char *name);
+/* Seconds of a collective over `ranks` of `bytes` on ic (see above);
+ * allreduce: true for an allreduce, false for a reduce-scatter or an
+ * allgather. */
+DELTA_API double delta_collective_seconds(const delta_interconnect *ic,
+                                          int ranks, bool allreduce,
+                                          double bytes);
+
 typedef struct delta_sim_backend_opts {
     const char *gpu;           /* preset name (NULL: "v100-16g") */
     bool tensor_cores;         /* cost matmul/conv at tensor_flops */
     /* A description to simulate instead of the preset `gpu` (e.g. from
      * delta_gpu_file_load); not owned, it must outlive the backend. */
     const delta_gpu_preset *device;
+    /* The GPUs' link for collective ops (a data-parallel program); NULL:
+     * "nvlink". Not owned. */
+    const delta_interconnect *interconnect;
 } delta_sim_backend_opts;
 
 DELTA_API delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
@@ -138,6 +163,9 @@ DELTA_API delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *o
                                       char *err, size_t err_len);
 /* Whether this build has the CUDA backend (nvcc was found). */
 DELTA_API bool delta_cuda_built(void);
+/* Whether NCCL can be loaded (libnccl.so.2, at run time, for the collective
+ * ops of several ranks on GPUs); false with the reason in why. */
+DELTA_API bool delta_cuda_nccl_available(char *why, size_t n);
 /* CUDA devices present: > 0, or 0 with the reason in err (no driver, no
  * device, built without CUDA). Never fails otherwise. */
 DELTA_API int delta_cuda_device_count(char *err, size_t err_len);

@@ -237,7 +237,22 @@ DELTA_API void delta_loader_next(delta_loader *l, delta_batch *out);
 DELTA_API void delta_loader_next_len(delta_loader *l, delta_batch *out,
                            int64_t seq_len);
 
-/* Batches per epoch: len / batch with drop_last, else ceil(len / batch). */
+/* Data parallel: the loader hands rank `rank` of `ranks` its share of
+ * every global batch (the batch given to delta_loader_new stays per rank).
+ * The global batch at the loader's position is the one a loader of ranks x
+ * batch samples would hand out, and rank r gets its samples r x b ..
+ * (r + 1) x b - 1, b = the global batch's size / ranks: the ranks together
+ * see what one rank with ranks x batch would. An epoch's last global batch
+ * of n samples gives each rank n / ranks and skips the n % ranks left over
+ * (none at all when n < ranks, or with drop_last). Positions count the
+ * samples of global batches, so every rank stands at the same one. Call it
+ * before the first batch; DELTA_ERR_INVALID_ARG when rank is not in
+ * 0..ranks-1 or, with drop_last, the data hold no global batch. */
+DELTA_API delta_status delta_loader_set_shard(delta_loader *l, int rank,
+                                              int ranks);
+
+/* Batches per epoch: len / batch with drop_last, else ceil(len / batch)
+ * (of global batches with a shard). */
 DELTA_API int64_t delta_loader_batches_per_epoch(const delta_loader *l);
 DELTA_API delta_loader_pos delta_loader_get_pos(const delta_loader *l);
 /* DELTA_ERR_INVALID_ARG (loader unchanged) when epoch < 0 or index is

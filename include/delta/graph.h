@@ -257,6 +257,36 @@ typedef struct delta_adamw_opts {
 DELTA_API delta_status delta_optimizer_sgd(delta_ctx *ctx, delta_sgd_opts o);
 DELTA_API delta_status delta_optimizer_adamw(delta_ctx *ctx, delta_adamw_opts o);
 
+/* ---- data parallel (docs/ARCHITECTURE.md, "Data parallel") --------------
+ * Makes the program rank `rank`'s of `ranks` that each train on their own
+ * part of every batch: call after delta_backward and before the optimizer.
+ * The gradients are grouped into buckets (at most DELTA_MAX_OP_OUT
+ * tensors and bucket_bytes each, in the order backward makes them) and
+ * each bucket gets a collective op right after the backward op that
+ * completes it, so it overlaps the rest of backward:
+ *  - zero 0: an allreduce, whose outputs (the gradients' means over the
+ *    ranks, in a fixed order) the optimizer reads;
+ *  - zero 1 (ZeRO stage 1): every parameter has an owner (whole tensors,
+ *    balanced by bytes, the same on every rank); a reduce-scatter gives
+ *    each owner its parameters' mean gradients, the optimizer updates and
+ *    keeps state for this rank's own parameters only, and after it an
+ *    allgather op per bucket sends each owner's parameters to every rank.
+ *    The result is bit-identical to zero 0.
+ * Collective ops run over the comm given to the session (comm.h). */
+typedef struct delta_dp_opts {
+    int ranks;            /* >= 1 */
+    int rank;             /* 0 .. ranks - 1 */
+    int zero;             /* 0 or 1 */
+    size_t bucket_bytes;  /* 0: DELTA_DP_BUCKET_BYTES */
+} delta_dp_opts;
+#define DELTA_DP_BUCKET_BYTES ((size_t)25 << 20)
+DELTA_API delta_status delta_data_parallel(delta_ctx *ctx, const delta_dp_opts *o);
+/* Under ZeRO-1, the rank owning parameter p's optimizer state; -1 for a
+ * tensor that is no such parameter or a program without ZeRO-1. */
+DELTA_API int delta_dp_owner(const delta_tensor *p);
+/* The collective ops' settings (ranks 1, rank 0, zero 0 without them). */
+DELTA_API delta_dp_opts delta_ctx_data_parallel(const delta_ctx *ctx);
+
 /* ---- program inspection ----------------------------------------------- */
 
 typedef enum delta_phase {

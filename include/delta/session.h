@@ -69,6 +69,11 @@ typedef struct delta_session_opts {
      * on another stream (a bug of the runtime). For tests and debugging:
      * it costs host time per op, not device time. */
     bool check_streams;
+    /* The ranks a data-parallel program's collective ops run over
+     * (delta_data_parallel, comm.h; not owned). Required, with the ranks
+     * and the rank the program was built for, on a backend with data;
+     * NULL: one rank. */
+    struct delta_comm *comm;
 } delta_session_opts;
 
 /* Names of the policies, NULL-terminated: keep, delta and the peers

@@ -31,6 +31,7 @@ typedef enum delta_trace_track {
     DELTA_TRACK_COMPUTE = 0,
     DELTA_TRACK_TO_HOST,
     DELTA_TRACK_TO_DEVICE,
+    DELTA_TRACK_COMM,      /* collective ops between ranks (data parallel) */
 } delta_trace_track;
 
 /* A span [t0, t1] seconds on a track. cat names its kind ("op",

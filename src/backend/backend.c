@@ -114,8 +114,10 @@ double delta_backend_device_bytes(const delta_backend *b) {
 void delta_backend_sync_copies(delta_backend *b) {
     delta_event h = delta_backend_record(b, DELTA_STREAM_TO_HOST);
     delta_event d = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+    delta_event c = delta_backend_record(b, DELTA_STREAM_COMM);
     delta_backend_sync(b, h);
     delta_backend_sync(b, d);
+    delta_backend_sync(b, c);
 }
 
 delta_status delta_backend_init_tensor(delta_backend *b, void *dev,

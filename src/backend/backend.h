@@ -3,8 +3,10 @@
  * runtime calls these through the delta_backend_* wrappers at the end of
  * this file; a backend knows nothing of policies. See docs/DEVICE.md.
  *
- * Streams: one compute stream and two copy streams. Work on one stream runs
- * in order; different streams run concurrently. An event marks a point in
+ * Streams: one compute stream, two copy streams and a communication
+ * stream for the collective ops of data parallel (allreduce, reduce-
+ * scatter, allgather between ranks). Work on one stream runs in order;
+ * different streams run concurrently. An event marks a point in
  * a stream's order; it is complete when everything issued on that stream
  * before it has finished. Because streams are in order, an event is just
  * (stream, sequence number): no event objects are allocated.
@@ -32,6 +34,7 @@ typedef enum delta_stream {
     DELTA_STREAM_COMPUTE = 0,
     DELTA_STREAM_TO_HOST,    /* device -> host copies */
     DELTA_STREAM_TO_DEVICE,  /* host -> device copies */
+    DELTA_STREAM_COMM,       /* collective ops between ranks (data parallel) */
     DELTA_STREAM_COUNT
 } delta_stream;
 
@@ -61,9 +64,16 @@ typedef struct delta_backend_ops {
      * *k->env goes to the compute thread's ring; sim: advances the compute
      * clock by its cost; cuda: launches). One item of the compute stream. */
     void (*run)(void *ctx, const delta_kargs *k);
+    /* Enqueues a collective op's kernel (allreduce, reduce-scatter,
+     * allgather: k->op between ranks, over k->env->comm) on the COMM
+     * stream, concurrent with compute and the copies. One item of COMM.
+     * NULL: the backend has no communication stream, and the runtime runs
+     * collectives on compute. */
+    void (*collective)(void *ctx, const delta_kargs *k);
     /* Asynchronous copy of bytes on stream s. On a copy stream (TO_HOST,
      * TO_DEVICE) it crosses the host link; on the compute stream it is a
-     * device-side move, in order with the kernels. One item of s. */
+     * device-side move, in order with the kernels; never on COMM. One
+     * item of s. */
     void (*copy)(void *ctx, delta_stream s, void *dst, const void *src,
                  size_t bytes);
     /* Marks the current end of stream s. */
@@ -152,6 +162,14 @@ static inline void delta_backend_host_free(delta_backend *b, void *p) {
 static inline void delta_backend_run(delta_backend *b, const delta_kargs *k) {
     b->ops->run(b->ctx, k);
 }
+/* A collective op on the COMM stream; true when issued there (false: the
+ * backend has no such stream and nothing was issued). */
+static inline bool delta_backend_collective(delta_backend *b,
+                                            const delta_kargs *k) {
+    if (!b->ops->collective) return false;
+    b->ops->collective(b->ctx, k);
+    return true;
+}
 static inline void delta_backend_copy(delta_backend *b, delta_stream s,
                                       void *dst, const void *src,
                                       size_t bytes) {
@@ -238,8 +256,8 @@ static inline void delta_backend_label(delta_backend *b, delta_stream s,
 delta_status delta_backend_init_tensor(delta_backend *b, void *dev,
                                        const delta_tensor *t, uint64_t seed);
 
-/* Records the end of both copy streams and blocks until both are complete
- * (backend.c). */
+/* Records the end of both copy streams and of the communication stream
+ * and blocks until they are complete (backend.c). */
 void delta_backend_sync_copies(delta_backend *b);
 
 /* ---- the stream-order checker (check/stream_check.c, docs/DEVICE.md) ---

@@ -22,6 +22,7 @@ struct delta_loader {
     int64_t *perm;        /* (len) order of perm_epoch; NULL without shuffle */
     int64_t perm_epoch;   /* epoch perm holds, -1 none */
     int64_t epoch, index; /* position of the next batch */
+    int rank, ranks;      /* data parallel: this loader's share (0 of 1) */
 };
 
 void delta_data_permutation(int64_t n, uint64_t seed, int64_t epoch,
@@ -71,6 +72,7 @@ delta_loader *delta_loader_new(const delta_dataset *ds, int64_t batch,
     l->shuffle = shuffle;
     l->drop_last = drop_last;
     l->perm_epoch = -1;
+    l->ranks = 1;
     if (shuffle) {
         l->perm = malloc((size_t)len * sizeof *l->perm);
         if (!l->perm) {
@@ -90,16 +92,35 @@ void delta_loader_free(delta_loader *l) {
     free(l);
 }
 
-/* Samples of an epoch that go into batches. */
+/* Samples of a global batch: every rank's batch. */
+static int64_t global_batch(const delta_loader *l) {
+    return l->batch * l->ranks;
+}
+
+/* Samples of an epoch that go into batches: whole global batches, and the
+ * last partial one unless it is dropped or too small to give every rank a
+ * sample. */
 static int64_t epoch_end(const delta_loader *l) {
-    int64_t len = l->ds->info.len;
-    return l->drop_last ? len / l->batch * l->batch : len;
+    int64_t len = l->ds->info.len, g = global_batch(l);
+    int64_t full = len / g * g;
+    if (l->drop_last || (len - full) / l->ranks == 0) return full;
+    return len;
 }
 
 int64_t delta_loader_batches_per_epoch(const delta_loader *l) {
     DELTA_ASSERT(l);
-    int64_t len = l->ds->info.len;
-    return l->drop_last ? len / l->batch : (len + l->batch - 1) / l->batch;
+    int64_t g = global_batch(l);
+    return (epoch_end(l) + g - 1) / g;
+}
+
+delta_status delta_loader_set_shard(delta_loader *l, int rank, int ranks) {
+    DELTA_ASSERT(l);
+    if (ranks < 1 || rank < 0 || rank >= ranks ||
+        (l->drop_last && l->batch * ranks > l->ds->info.len))
+        return DELTA_ERR_INVALID_ARG;
+    l->rank = rank;
+    l->ranks = ranks;
+    return DELTA_OK;
 }
 
 void delta_loader_next(delta_loader *l, delta_batch *out) {
@@ -124,8 +145,10 @@ void delta_loader_next_len(delta_loader *l, delta_batch *out,
         delta_data_permutation(l->ds->info.len, l->seed, l->epoch, l->perm);
         l->perm_epoch = l->epoch;
     }
-    int64_t n = in->len - l->index;
-    if (n > l->batch) n = l->batch;
+    /* the global batch at index, and this rank's share of it */
+    int64_t g = in->len - l->index;
+    if (g > global_batch(l)) g = global_batch(l);
+    int64_t n = g / l->ranks, first = l->index + l->rank * n;
     int64_t in_numel = tokens ? len : in->input_numel;
     int64_t tg_numel = tokens ? len : in->target_numel;
     int64_t mk_numel = in->mask_numel ? len : 0;
@@ -139,7 +162,7 @@ void delta_loader_next_len(delta_loader *l, delta_batch *out,
     if (n * in_numel >= LOADER_PAR_MIN)
 #endif
     for (int64_t s = 0; s < n; s++) {
-        int64_t pos = l->index + s;
+        int64_t pos = first + s;
         int64_t i = l->shuffle ? l->perm[pos] : pos;
         l->ds->get(l->ds, i, l->seed, (uint64_t)l->epoch,
                    (char *)out->input + (size_t)s * in_stride,
@@ -149,7 +172,7 @@ void delta_loader_next_len(delta_loader *l, delta_batch *out,
     out->size = n;
     out->epoch = l->epoch;
     out->index = l->index;
-    l->index += n;
+    l->index += g;
 }
 
 delta_loader_pos delta_loader_get_pos(const delta_loader *l) {

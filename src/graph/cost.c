@@ -152,6 +152,38 @@ void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
     case DELTA_OP_RESHAPE:
         bytes = 0; /* a view */
         break;
+    /* collectives: `bytes` is the buffer's (the inputs'), which the
+     * simulator prices on the interconnect (delta_collective_seconds) */
+    case DELTA_OP_ALLREDUCE: {
+        /* each rank receives the other ranks' copies of its chunk (the
+         * workspace) and sums them: the ring's 2 (P - 1) / P of the bytes
+         * cross the interconnect (the simulator prices that, not this) */
+        int P = op->a.ranks;
+        int64_t nel = delta_dp_numel(ctx, op);
+        int64_t chunk = (nel + P - 1) / P; /* the largest chunk */
+        if (chunk > DELTA_DP_PIECE) chunk = DELTA_DP_PIECE; /* a piece */
+        flops = (double)nel;
+        ws = (size_t)(P - 1) * (size_t)chunk * sizeof(float);
+        bytes = (double)nel * sizeof(float);
+        break;
+    }
+    case DELTA_OP_REDUCE_SCATTER: {
+        /* an owner receives the other ranks' copies of its gradients, a
+         * piece at a time */
+        int64_t own = 0;
+        for (int i = 0; i < op->n_in; i++)
+            if (op->a.owner[i] == op->a.rank && T(ctx, op->in[i])->numel > own)
+                own = T(ctx, op->in[i])->numel;
+        if (own > DELTA_DP_PIECE) own = DELTA_DP_PIECE;
+        flops = (double)delta_dp_numel(ctx, op);
+        ws = (size_t)(op->a.ranks - 1) * (size_t)own * sizeof(float);
+        bytes = flops * sizeof(float);
+        break;
+    }
+    case DELTA_OP_ALLGATHER:
+        /* received in place */
+        bytes = (double)delta_dp_numel(ctx, op) * sizeof(float);
+        break;
     case DELTA_OP_EMBEDDING:
     case DELTA_OP_EMBEDDING_BWD:
     case DELTA_OP_TRANSPOSE:

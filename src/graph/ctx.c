@@ -22,6 +22,8 @@ void delta_ctx_free(delta_ctx *ctx) {
     free(ctx->tensors);
     free(ctx->retired);
     free(ctx->ops);
+    if (ctx->dp) free(ctx->dp->buckets);
+    free(ctx->dp);
     free(ctx);
 }
 
@@ -112,6 +114,7 @@ delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
     t->view_of = -1;
     t->grad = -1;
     t->init.kind = DELTA_INIT_NONE;
+    t->owner = -1;
     if (name) snprintf(t->name, sizeof t->name, "%s", name);
     else snprintf(t->name, sizeof t->name, "t%d", t->id);
     ctx->tensors[ctx->n_tensors++] = t;

@@ -64,6 +64,14 @@ typedef enum delta_op_type {
                                 outs: y = relu(batchnorm(x)), mean, var */
     DELTA_OP_BATCHNORM_ADD_RELU, /* ins: x, gamma, beta, r[, rmean, rvar]
                                 outs: y = relu(batchnorm(x) + r), mean, var */
+    /* data parallel (dp.c): collectives over the ranks, run on the
+     * backend's communication stream; never recomputed */
+    DELTA_OP_ALLREDUCE,      /* ins: gradients g0..gn-1 (n <= 4, F32);
+                                outs: their means over the ranks */
+    DELTA_OP_REDUCE_SCATTER, /* ZeRO-1. ins: gradients; outs: the means of
+                                those this rank owns (attrs.owner[i]) */
+    DELTA_OP_ALLGATHER,      /* ZeRO-1. ins: parameters; outs: the same,
+                                in place: each owner's values to all */
     DELTA_OP_TYPE_COUNT
 } delta_op_type;
 
@@ -88,6 +96,9 @@ typedef struct delta_op_attrs {
     int nesterov, has_momentum;
     int gelu_erf;          /* gelu: exact erf form instead of tanh */
     delta_dtype dtype;     /* cast: the output's dtype */
+    int ranks, rank;       /* collectives: the ranks, this program's */
+    int owner[DELTA_MAX_OP_IN]; /* reduce_scatter, allgather: the rank
+                                   owning each input's parameter */
 } delta_op_attrs;
 
 typedef struct delta_op {
@@ -128,8 +139,24 @@ struct delta_tensor {
                            when made, kept when a pass renumbers tensors
                            (fuse.c), so a parameter starts from the same
                            values in the fused and the unfused program */
+    int owner;          /* ZeRO-1: the rank holding this parameter's
+                           optimizer state; -1 otherwise */
     char name[DELTA_NAME_LEN];
 };
+
+/* Data parallel (dp.c): what delta_data_parallel set up. A bucket is the
+ * parameters one collective op takes, in the order their gradients are
+ * ready. */
+typedef struct delta_dp_bucket {
+    int n;
+    int param[DELTA_MAX_OP_IN];
+} delta_dp_bucket;
+
+typedef struct delta_dp_state {
+    delta_dp_opts o;
+    delta_dp_bucket *buckets;
+    int n_buckets;
+} delta_dp_state;
 
 struct delta_ctx {
     delta_tensor **tensors; /* by id; each allocated once, so handles stay */
@@ -145,6 +172,7 @@ struct delta_ctx {
     uint64_t seed;
     bool has_backward, has_optimizer;
     delta_phase phase;      /* phase given to ops being appended */
+    delta_dp_state *dp;     /* data parallel, or NULL */
 };
 
 const char *delta_op_type_name(delta_op_type t);
@@ -240,6 +268,29 @@ void delta_ctx_move_casts_last(delta_ctx *ctx);
 static inline int delta_dropout_key_op(const delta_op *op) {
     return op->a.fwd_op >= 0 ? op->a.fwd_op : op->id;
 }
+/* ---- data parallel (dp.c; docs/KERNELS.md, "Collective ops") ----------
+ * An allreduce's n tensors are one flat buffer, their elements one after
+ * the other in operand order, cut into `ranks` chunks; rank c averages
+ * chunk c, [delta_dp_chunk_lo(N, P, c), delta_dp_chunk_lo(N, P, c + 1)).
+ * Every mean over the ranks, in every collective and on every backend, is
+ *     s = x_0; s += x_1; ... s += x_{P-1}; mean = s / P     (in float)
+ * with x_q rank q's value: a fixed order, so any policy, any bucketing and
+ * ZeRO-1 give the same bits. */
+/* A rank reduces its part a piece of this many elements at a time, so a
+ * collective's workspace is at most (P - 1) pieces (cost.c). */
+#define DELTA_DP_PIECE ((int64_t)1 << 20)
+static inline int64_t delta_dp_chunk_lo(int64_t n, int ranks, int c) {
+    return n / ranks * c + (n % ranks) * c / ranks;
+}
+/* Whether ops of type t are collectives (on the communication stream). */
+static inline bool delta_op_is_collective(delta_op_type t) {
+    return t == DELTA_OP_ALLREDUCE || t == DELTA_OP_REDUCE_SCATTER ||
+           t == DELTA_OP_ALLGATHER;
+}
+/* Elements of an op's inputs, all together. */
+int64_t delta_dp_numel(const delta_ctx *ctx, const delta_op *op);
+/* After the optimizer's updates: ZeRO-1's allgather ops (optim.c). */
+void delta_dp_append_allgathers(delta_ctx *ctx);
 
 /* Storage root of a tensor: itself, or the tensor it views. */
 static inline int delta_tensor_root(const delta_ctx *ctx, int id) {

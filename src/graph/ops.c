@@ -54,6 +54,9 @@ static const char *op_type_names[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_CAST] = "cast",
     [DELTA_OP_BATCHNORM_RELU] = "batchnorm_relu",
     [DELTA_OP_BATCHNORM_ADD_RELU] = "batchnorm_add_relu",
+    [DELTA_OP_ALLREDUCE] = "allreduce",
+    [DELTA_OP_REDUCE_SCATTER] = "reduce_scatter",
+    [DELTA_OP_ALLGATHER] = "allgather",
 };
 
 const char *delta_op_type_name(delta_op_type t) {

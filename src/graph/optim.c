@@ -80,6 +80,7 @@ delta_status delta_optimizer_sgd(delta_ctx *ctx, delta_sgd_opts o) {
             update_op(ctx, DELTA_OP_SGD_UPDATE, ins, 2, outs, 1, a);
         }
     }
+    delta_dp_append_allgathers(ctx);
     ctx->has_optimizer = true;
     return ctx->status;
 }
@@ -113,6 +114,7 @@ delta_status delta_optimizer_adamw(delta_ctx *ctx, delta_adamw_opts o) {
         const delta_tensor *outs[] = {p, m, v};
         update_op(ctx, DELTA_OP_ADAMW_UPDATE, ins, 4, outs, 3, a);
     }
+    delta_dp_append_allgathers(ctx);
     ctx->has_optimizer = true;
     return ctx->status;
 }

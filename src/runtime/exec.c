@@ -85,7 +85,7 @@ delta_status delta_exec_run(delta_exec *ex, delta_run_mode mode) {
     const delta_ctx *ctx = ex->ctx;
     DELTA_ASSERTF(ctx->n_tensors == ex->n_tensors,
                   "the graph grew after the executor was made");
-    delta_kernel_env env = {ctx->seed, ex->step, mode != DELTA_RUN_EVAL};
+    delta_kernel_env env = {ctx->seed, ex->step, mode != DELTA_RUN_EVAL, NULL};
     for (int i = 0; i < ctx->n_ops; i++) {
         const delta_op *op = &ctx->ops[i];
         if (mode != DELTA_RUN_STEP && op->phase != DELTA_PHASE_FORWARD)

@@ -64,6 +64,23 @@ static void time_op(managed *m, const mg_issued *is) {
     }
 }
 
+/* A collective's span on the communication stream: its own time, not
+ * compute's. */
+static void time_collective(managed *m, const mg_issued *is) {
+    double t0, t1;
+    if (!delta_backend_span(m->b, is->e, &t0, &t1)) return;
+    m->op_s[is->op] = t1 - t0;
+    m->op_measured[is->op] = true;
+    if (m->trace) {
+        const delta_op *op = &m->ctx->ops[is->op];
+        char args[64];
+        snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
+                 (long long)m->step);
+        delta_trace_span(m->trace, DELTA_TRACK_COMM, op->name, "collective",
+                         t0, t1, args);
+    }
+}
+
 void mg_collect_ops(managed *m) {
     while (m->issued.n) {
         const mg_issued *is = &RING_AT(m->issued, 0);
@@ -71,11 +88,51 @@ void mg_collect_ops(managed *m) {
         time_op(m, is);
         RING_POP(m->issued);
     }
+    while (m->comm_issued.n) {
+        const mg_issued *is = &RING_AT(m->comm_issued, 0);
+        if (!delta_backend_query(m->b, is->e)) break;
+        time_collective(m, is);
+        RING_POP(m->comm_issued);
+    }
+}
+
+void mg_after_comm(managed *m, delta_stream s, int r) {
+    delta_event e = m->comm_ev[r];
+    if (!e.seq || s == DELTA_STREAM_COMM) return;
+    if (delta_backend_query(m->b, e)) {
+        m->comm_ev[r].seq = 0; /* complete: nothing to order after */
+        return;
+    }
+    delta_backend_wait(m->b, s, e);
+    if (s == DELTA_STREAM_COMPUTE && m->cur_issue) m->cur_issue->waited = true;
+}
+
+/* A collective on the communication stream, after everything compute was
+ * given so far: its inputs' producers and the last users of its outputs'
+ * and workspace's bytes (the swap-ins and tags compute waited for
+ * included). Every operand then carries its event (comm_ev). */
+static delta_event launch_collective(managed *m, const delta_kargs *k,
+                                     mg_issued *is) {
+    const delta_op *op = k->op;
+    delta_backend_wait(m->b, DELTA_STREAM_COMM,
+                       delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
+    DELTA_ASSERT(delta_backend_collective(m->b, k));
+    is->e = delta_backend_record(m->b, DELTA_STREAM_COMM);
+    for (int j = 0; j < op->n_in + op->n_out; j++) {
+        int id = j < op->n_in ? op->in[j] : op->out[j - op->n_in];
+        m->comm_ev[delta_tensor_root(m->ctx, id)] = is->e;
+    }
+    if (!RING_PUSH(m->comm_issued, *is)) { /* untracked: time it now */
+        delta_backend_sync(m->b, is->e);
+        time_collective(m, is);
+    }
+    if (m->blocking) delta_backend_sync(m->b, is->e);
+    return is->e;
 }
 
 /* Launches op's kernel with its arguments filled in, and queues it for
  * timing. The one place a kernel is run. */
-void mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
+delta_event mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
     const delta_op *op = k->op;
     m->ticks++;
     if (op->type == DELTA_OP_RESHAPE) {
@@ -84,8 +141,10 @@ void mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
             m->op_s[op->id] = 0;
             m->op_measured[op->id] = true;
         }
-        return;
+        return (delta_event){0};
     }
+    if (delta_op_is_collective(op->type) && m->b->ops->collective)
+        return launch_collective(m, k, is);
     if (m->issued.n >= m->issued.cap) { /* the run-ahead bound */
         delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
         mg_collect_ops(m);
@@ -99,5 +158,6 @@ void mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
     m->issued.n++;
     if (m->blocking) delta_backend_sync(m->b, is->e); /* the old runtime */
     mg_collect_ops(m);
+    return is->e;
 }
 

@@ -44,11 +44,18 @@ bool managed_op_measured(const managed *m, int op) {
     return m->op_measured[op];
 }
 double managed_op_seconds(const managed *m, int op) {
+    /* a collective occupies the communication stream, not compute (its
+     * own time: delta_session_op_seconds) */
+    if (delta_op_is_collective(m->ctx->ops[op].type) && m->b->ops->collective)
+        return 0;
     if (m->op_measured[op]) return m->op_s[op];
     double t = delta_backend_op_cost(m->b, &m->ctx->ops[op]);
     if (t >= 0) return t;
     const delta_op *o = &m->ctx->ops[op];
     return o->flops / 1e11 + o->bytes / 1e10 + 1e-6; /* ~a 2-core CPU */
+}
+double managed_op_span_seconds(const managed *m, int op) {
+    return m->op_measured[op] ? m->op_s[op] : -1;
 }
 double managed_now(const managed *m) { return delta_backend_clock(m->b); }
 double managed_run_seconds(const managed *m) { return m->run_s; }
@@ -144,7 +151,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     }
     m->fwd_only = mode != DELTA_RUN_STEP;
     m->step = step;
-    m->env = (delta_kernel_env){c->seed, step, mode != DELTA_RUN_EVAL};
+    m->env = (delta_kernel_env){c->seed, step, mode != DELTA_RUN_EVAL, m->comm};
     memset(&m->st, 0, sizeof m->st);
     /* what the last run left: outputs read after it, forward leftovers,
      * temporaries of a failed run */
@@ -204,7 +211,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
     m->b->ops->sync(m->b->ctx, end);
     mg_collect(m);
     mg_collect_ops(m);
-    DELTA_ASSERT(m->issued.n == 0);
+    DELTA_ASSERT(m->issued.n == 0 && m->comm_issued.n == 0);
     double e0 = 0, e1 = 0;
     bool timed = delta_backend_event_time(m->b, m->step_begin, &e0) &&
                  delta_backend_event_time(m->b, end, &e1);
@@ -336,10 +343,10 @@ void managed_free(managed *m) {
     free(m->out_end);
     free(m->host_written);
     free(m->host_read);
-    for (int k = 0; k < 2; k++) {
-        free(m->copies[k].a);
-        free(m->tags[k].a);
-    }
+    for (int k = 0; k < 2; k++) free(m->copies[k].a);
+    for (int k = 0; k < 3; k++) free(m->tags[k].a);
+    free(m->comm_ev);
+    free(m->comm_issued.a);
     free(m->issued.a);
     free(m->temps);
     free(m->is_temp);
@@ -458,14 +465,22 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->host_written = calloc(n1, sizeof(delta_event));
     m->host_read = calloc(n1, sizeof(delta_event));
     m->blocking = o->sync_every_op;
+    m->comm = o->comm;
     m->issued.cap = o->run_ahead > 0 ? o->run_ahead : MANAGED_RUN_AHEAD;
     m->issued.a = calloc((size_t)m->issued.cap, sizeof(mg_issued));
-    for (int k = 0; k < 2; k++) {
-        m->copies[k].cap = m->tags[k].cap = 64;
-        m->copies[k].a = calloc(64, sizeof(mg_copy));
+    for (int k = 0; k < 3; k++) {
+        m->tags[k].cap = 64;
         m->tags[k].a = calloc(64, sizeof(mg_tag));
-        if (!m->copies[k].a || !m->tags[k].a) goto nomem;
+        if (!m->tags[k].a) goto nomem;
     }
+    for (int k = 0; k < 2; k++) {
+        m->copies[k].cap = 64;
+        m->copies[k].a = calloc(64, sizeof(mg_copy));
+        if (!m->copies[k].a) goto nomem;
+    }
+    m->comm_ev = calloc(n1, sizeof(delta_event));
+    m->comm_issued.cap = 64;
+    m->comm_issued.a = calloc(64, sizeof(mg_issued));
     m->temps = calloc(n1, sizeof(int));
     m->is_temp = calloc(n1, sizeof(bool));
     m->scratch = calloc(n1, sizeof(mg_slot));
@@ -477,8 +492,8 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
         !m->host || !m->ev || !m->free_after || !m->outgoing || !m->out_end ||
-        !m->host_written || !m->host_read ||
-        !m->issued.a || !m->temps || !m->is_temp || !m->scratch ||
+        !m->host_written || !m->host_read || !m->comm_ev ||
+        !m->comm_issued.a || !m->issued.a || !m->temps || !m->is_temp || !m->scratch ||
         !m->gaps || !m->gap_off || !m->dest || !m->order ||
         !m->op_s || !m->op_measured)
         goto nomem;

@@ -134,10 +134,16 @@ int managed_n_roots(const managed *m);     /* root ids are < this */
 const root_view *managed_root(const managed *m, int id); /* NULL: no root */
 /* An operand of an op being run (or recomputed): not evictable. */
 bool managed_pinned(const managed *m, int id);
-/* Seconds op takes: the last measurement, else the backend's cost model,
- * else an estimate from its flops and bytes. */
+/* Seconds op takes on the compute stream: the last measurement, else the
+ * backend's cost model, else an estimate from its flops and bytes; 0 for
+ * a collective (data parallel), which runs on the communication stream
+ * (policies plan compute; a collective late for its reader shows as a
+ * stall there). */
 double managed_op_seconds(const managed *m, int op);
 bool managed_op_measured(const managed *m, int op);
+/* The op's last measured span on its stream (collectives included), or
+ * -1 when it was never timed. */
+double managed_op_span_seconds(const managed *m, int op);
 /* Seconds one copy of bytes takes on the link, from a linear model
  * (latency + bytes / bandwidth) fitted to the copies measured so far, the
  * backend's nominal link before that. */
@@ -229,6 +235,8 @@ typedef struct managed_opts {
     bool sync_every_op;            /* the host waits for every op (the
                                       first runtime's behaviour, kept to
                                       measure what waiting costs) */
+    struct delta_comm *comm;       /* the ranks collective ops run over
+                                      (NULL: one rank) */
 } managed_opts;
 
 #define MANAGED_RUN_AHEAD 64

@@ -99,7 +99,16 @@ struct managed {
                                   host buffer (a swap-out into it waits) */
     MG_RING(mg_copy) copies[2]; /* [0] to host, [1] to device: issued,
                                    not yet collected */
-    MG_RING(mg_tag) tags[2];   /* released ranges a copy may still touch */
+    MG_RING(mg_tag) tags[3];   /* released ranges a copy ([0] to host, [1]
+                                  to device) or a collective ([2]) may
+                                  still touch */
+    /* Collectives (data parallel) run on the communication stream, after
+     * what compute was given before them: comm_ev[r] is the event of the
+     * last one that read or wrote root r (seq 0: none). Whatever touches r
+     * later on another stream waits for it on the device, and r's bytes
+     * given back carry it as a tag. */
+    delta_event *comm_ev;
+    MG_RING(mg_issued) comm_issued; /* collectives not yet timed */
     MG_RING(mg_issued) issued; /* ops on compute, not yet timed; its cap is
                                   the run-ahead bound */
     mg_issued *cur_issue;      /* the entry of the op being issued */
@@ -141,6 +150,7 @@ struct managed {
     char err[512];
     delta_plan_cache *plans;   /* may be NULL */
     uint64_t program_key;      /* delta_program_key(ctx) */
+    struct delta_comm *comm;   /* collective ops' ranks (NULL: one) */
 };
 
 /* ---- rings and small helpers shared by residency.c and launch.c ---- */
@@ -209,9 +219,13 @@ void mg_collect(managed *m);
  * blocks. */
 void mg_collect_ops(managed *m);
 /* Launches k (its operands resident, its outputs and workspace placed) on
- * the compute stream and queues it for timing; is carries the swap-ins it
- * was made to wait for. The run-ahead throttle is here. */
-void mg_launch(managed *m, const delta_kargs *k, mg_issued *is);
+ * the compute stream, or a collective on the communication stream, and
+ * queues it for timing; is carries the swap-ins it was made to wait for.
+ * The run-ahead throttle is here. Returns the event of the op's item. */
+delta_event mg_launch(managed *m, const delta_kargs *k, mg_issued *is);
+/* Stream s is about to touch root r: it waits on the device for the last
+ * collective that touched r, unless that is complete or s is comm. */
+void mg_after_comm(managed *m, delta_stream s, int r);
 /* Frees the recomputed temporaries no running op holds; true when any
  * bytes were released. */
 bool mg_free_temps(managed *m);

@@ -119,9 +119,11 @@ static uint64_t hash_attrs(uint64_t h, const delta_op_attrs *a) {
     const int ints[] = {a->trans_a, a->trans_b,      a->k,          a->stride,
                         a->pad,     a->dim,          a->dim1,       a->causal,
                         a->has_mask, a->ignore_index, a->fwd_op,    a->nesterov,
-                        a->has_momentum, a->gelu_erf};
+                        a->has_momentum, a->gelu_erf, a->ranks, a->rank};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         h = h64(h, (uint64_t)(int64_t)ints[i]);
+    for (int i = 0; i < DELTA_MAX_OP_IN; i++)
+        h = h64(h, (uint64_t)(int64_t)a->owner[i]);
     const float fl[] = {a->alpha, a->eps,   a->momentum,     a->p,
                         a->value, a->lr,    a->beta1,        a->beta2,
                         a->weight_decay, a->opt_eps};

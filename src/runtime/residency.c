@@ -85,16 +85,26 @@ void mg_trace_memory(managed *m) {
 
 static int copy_side(delta_stream s) { return s == DELTA_STREAM_TO_HOST ? 0 : 1; }
 
+/* The tag ring of a stream's events: the two copy streams', and the
+ * collectives' (comm). */
+static int tag_side(delta_stream s) {
+    return s == DELTA_STREAM_COMM ? 2 : copy_side(s);
+}
+static const delta_stream tag_stream[3] = {
+    DELTA_STREAM_TO_HOST, DELTA_STREAM_TO_DEVICE, DELTA_STREAM_COMM};
+
 /* ---- stream-ordered release ------------------------------------------------
  * Bytes given back while a copy may still read or write them carry that
  * copy's event (a tag); whoever takes any of them next on another stream
  * waits for it on the device. Bytes the compute stream gave back need no
  * tag: every copy into the arena is issued after the to-device stream
- * waited for the compute stream's end (issue_swap_in). */
+ * waited for the compute stream's end (issue_swap_in), and so is every
+ * collective. Bytes a collective may still read or write (its operands',
+ * its workspace) are tagged with its event. */
 
 static void tag_range(managed *m, size_t off, size_t size, delta_event e) {
     mg_tag t = {off, size, e};
-    if (!RING_PUSH(m->tags[copy_side(e.stream)], t)) {
+    if (!RING_PUSH(m->tags[tag_side(e.stream)], t)) {
         /* no memory for the tag: wait now instead (counted) */
         delta_backend_sync(m->b, e);
     }
@@ -104,8 +114,8 @@ static void tag_range(managed *m, size_t off, size_t size, delta_event e) {
  * another stream on those bytes (the latest per stream suffices: a stream
  * is in order). */
 static void await_tags(managed *m, delta_stream s, size_t off, size_t size) {
-    for (int side = 0; side < 2; side++) {
-        delta_stream ts = side ? DELTA_STREAM_TO_DEVICE : DELTA_STREAM_TO_HOST;
+    for (int side = 0; side < 3; side++) {
+        delta_stream ts = tag_stream[side];
         if (ts == s) continue;
         delta_event last = {0};
         for (int i = 0; i < m->tags[side].n; i++) {
@@ -159,9 +169,15 @@ bool mg_place_untraced(managed *m, size_t bytes, int key, size_t *off) {
 }
 
 /* Gives the block at off back; tag: the event of a copy that may still
- * touch it (seq 0: none, the compute stream was its last user). */
+ * touch it (seq 0: none, the compute stream was its last user). A root
+ * whose last collective may still touch it gets that one's event instead
+ * (any copy of it was issued after that collective). */
 static void pool_give(managed *m, size_t off, int key, delta_event tag) {
     size_t n = delta_pool_block_size(m->pool, off);
+    if (!tag.seq && key < m->nt && m->comm_ev[key].seq) {
+        if (delta_backend_query(m->b, m->comm_ev[key])) m->comm_ev[key].seq = 0;
+        else tag = m->comm_ev[key];
+    }
     DELTA_ASSERT(n > 0 &&
                  delta_replay_release_key(m->rp, off, m->cur_op, key) == DELTA_OK);
     if (tag.seq) tag_range(m, off, n, tag);
@@ -296,10 +312,11 @@ void mg_collect(managed *m) {
                 v->state = RES_DEVICE;
             RING_POP(m->copies[side]);
         }
+    }
+    for (int side = 0; side < 3; side++)
         while (m->tags[side].n &&
                delta_backend_query(m->b, RING_AT(m->tags[side], 0).e))
             RING_POP(m->tags[side]);
-    }
 }
 
 /* Root r's swap-in becomes resident for the compute stream: compute waits
@@ -316,14 +333,16 @@ static void settle_swap_in(managed *m, int r) {
     m->rv[r].state = RES_DEVICE;
 }
 
-/* The compute stream waits for everything issued on both copy streams, on
- * the device: every swap-in is then resident for compute, and every tag is
- * behind it. */
+/* The compute stream waits for everything issued on both copy streams and
+ * on the communication stream, on the device: every swap-in is then
+ * resident for compute, and every tag is behind it. */
 static void join_copies(managed *m) {
     delta_backend_wait(m->b, DELTA_STREAM_COMPUTE,
                        delta_backend_record(m->b, DELTA_STREAM_TO_HOST));
     delta_backend_wait(m->b, DELTA_STREAM_COMPUTE,
                        delta_backend_record(m->b, DELTA_STREAM_TO_DEVICE));
+    delta_backend_wait(m->b, DELTA_STREAM_COMPUTE,
+                       delta_backend_record(m->b, DELTA_STREAM_COMM));
     if (m->cur_issue) m->cur_issue->waited = true;
     for (int i = 0; i < m->copies[1].n; i++) {
         int r = RING_AT(m->copies[1], i).r;
@@ -387,6 +406,7 @@ static size_t slot_end(const managed *m, const mg_slot *s) {
 
 static void move_block(managed *m, int r, size_t to) {
     size_t sz = m->rv[r].bytes;
+    mg_after_comm(m, DELTA_STREAM_COMPUTE, r);
     DELTA_ASSERTF(delta_replay_move(m->rp, m->off[r], to) == DELTA_OK,
                   "a checked move did not fit: %s", delta_replay_error(m->rp));
     await_tags(m, DELTA_STREAM_COMPUTE, to, sz);
@@ -619,6 +639,7 @@ bool managed_swap_out(managed *m, int r) {
      * at once, tagged with its event (stream-ordered release) */
     delta_backend_wait(m->b, DELTA_STREAM_TO_HOST,
                        delta_backend_record(m->b, DELTA_STREAM_COMPUTE));
+    mg_after_comm(m, DELTA_STREAM_TO_HOST, r);
     if (m->host_read[r].seq)
         delta_backend_wait(m->b, DELTA_STREAM_TO_HOST, m->host_read[r]);
     m->ev[r] = m->host_written[r] = issue_copy(
@@ -995,6 +1016,12 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         ws = ok = dev_alloc(m, op->workspace, m->nt + op->id, false,
                             DELTA_STREAM_COMPUTE, &ws_off);
     m->cur_issue = &is;
+    /* compute reads or writes nothing a collective may still touch; a
+     * collective itself follows the earlier ones in its stream's order */
+    bool collective = delta_op_is_collective(op->type) && m->b->ops->collective;
+    for (int j = 0; ok && !collective && j < nr; j++)
+        mg_after_comm(m, DELTA_STREAM_COMPUTE, roots[j]);
+    delta_event launched = {0};
     if (ok) {
         delta_kargs k = {.op = op, .env = &m->env};
         for (int j = 0; j < op->n_in; j++) {
@@ -1007,7 +1034,7 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
         }
         if (ws && m->base) k.ws = (char *)m->base + ws_off;
         if (recompute) m->st.recomputed_ops++;
-        mg_launch(m, &k, &is);
+        launched = mg_launch(m, &k, &is);
         for (int j = 0; j < op->n_out; j++) {
             root_view *v = &m->rv[roots[op->n_in + j]];
             if (!recompute) v->host_valid = false; /* new bytes */
@@ -1018,7 +1045,7 @@ bool mg_run_op(managed *m, const delta_op *op, bool recompute) {
             if (back[j]) mg_notify(m, roots[op->n_in + j], MEV_RESIDENT, 0);
     }
     m->cur_issue = outer;
-    if (ws) pool_give(m, ws_off, m->nt + op->id, NO_EVENT);
+    if (ws) pool_give(m, ws_off, m->nt + op->id, collective ? launched : NO_EVENT);
     for (int j = 0; j < nr; j++)
         if (!late_pin[j]) m->pins[roots[j]]--;
     if (ok && recompute) {

@@ -5,6 +5,7 @@
  * included (policy/keep.c: its static lifetime-planned layout is its plan).
  * --budget N% is a percentage of the dry plan's peak. */
 #include "delta/session.h"
+#include "delta/comm.h"
 #include "delta/dryplan.h"
 #include "delta/pool.h"
 #include "backend/backend.h"
@@ -145,6 +146,21 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
         goto fail;
     }
 
+    /* collective ops run over the comm the program was built for (the sim
+     * computes nothing: it only prices them) */
+    delta_dp_opts dpo = delta_ctx_data_parallel(ctx);
+    if (ctx->dp && delta_backend_has_data(s->b) &&
+        (delta_comm_size(o->comm) != dpo.ranks ||
+         delta_comm_rank(o->comm) != dpo.rank)) {
+        *status = DELTA_ERR_INVALID_ARG;
+        fail(s, err, err_len, "the program is rank %d's of %d data-parallel "
+             "ranks, and the session's comm is rank %d of %d; give the "
+             "session the comm the program was built for (delta_comm_world "
+             "under mpirun)", dpo.rank, dpo.ranks, delta_comm_rank(o->comm),
+             delta_comm_size(o->comm));
+        goto fail;
+    }
+
     /* the backend's kernels' workspace (cuda: timed cuDNN choices) before
      * anything is planned; a no-op when the caller fitted it already */
     delta_backend_fit_program(o->backend, ctx);
@@ -179,7 +195,8 @@ delta_session *delta_session_new(delta_ctx *ctx, const delta_session_opts *o,
                        .n_outs = o->n_outputs, .trace = o->trace,
                        .plans = o->plans, .host_limit = o->host_limit_bytes,
                        .run_ahead = o->run_ahead,
-                       .sync_every_op = o->sync_every_op};
+                       .sync_every_op = o->sync_every_op,
+                       .comm = o->comm};
     s->mg = managed_new(ctx, s->b, &mo, status, err, err_len);
     if (!s->mg) {
         snprintf(s->err, sizeof s->err, "%s", err ? err : "");
@@ -267,7 +284,7 @@ const char *const *delta_session_policies(void) {
 double delta_session_op_seconds(const delta_session *s, int op) {
     if (op < 0 || op >= s->ctx->n_ops || !managed_op_measured(s->mg, op))
         return -1;
-    return managed_op_seconds(s->mg, op);
+    return managed_op_span_seconds(s->mg, op);
 }
 
 int64_t delta_session_step(const delta_session *s) { return s->step; }

@@ -5,7 +5,8 @@
  * silently and only now and then; this makes it fail at once, naming the
  * op, the tensor and both streams.
  *
- * Parties: the three streams and the host. Each party's items (kernels,
+ * Parties: the four streams (compute, the two copy streams, the
+ * communication stream of collective ops) and the host. Each party's items (kernels,
  * copies, device-side moves; the host's own uploads, downloads and frees)
  * are numbered 1, 2, ... as the inner backend numbers them (an event
  * (s, n) is complete when item n of s is).
@@ -47,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HOST DELTA_STREAM_COUNT        /* the 4th party */
+#define HOST DELTA_STREAM_COUNT        /* the 5th party */
 #define PARTIES (DELTA_STREAM_COUNT + 1)
 #define HISTORY DELTA_SPAN_HISTORY
 #define LABEL_LEN DELTA_NAME_LEN
@@ -120,7 +121,7 @@ typedef struct checker {
 
 static const char *party_name(int p) {
     static const char *const names[PARTIES] = {"compute", "to-host",
-                                               "to-device", "host"};
+                                               "to-device", "comm", "host"};
     return (unsigned)p < PARTIES ? names[p] : "?";
 }
 
@@ -499,10 +500,12 @@ static void ck_host_free(void *ctx, void *p) {
     c->inner->ops->host_free(c->inner->ctx, p);
 }
 
-static void ck_run(void *ctx, const delta_kargs *k) {
-    checker *c = ctx;
+/* A kernel on stream s (compute, or a collective on comm): its accesses,
+ * then the inner backend's run or collective. */
+static void ck_kernel(checker *c, delta_stream s, const delta_kargs *k,
+                      void (*fn)(void *, const delta_kargs *)) {
     const delta_op *op = k->op;
-    mark *m = issue(c, DELTA_STREAM_COMPUTE, ITEM_KERNEL);
+    mark *m = issue(c, s, ITEM_KERNEL);
     m->op_id = op->id;
     m->op_type = op->type;
     snprintf(m->name, sizeof m->name, "%s", op->name);
@@ -511,27 +514,37 @@ static void ck_run(void *ctx, const delta_kargs *k) {
         for (int j = 0; j < op->n_in; j++) {
             if (!k->in_t[j]) continue;
             a.tensor = k->in_t[j]->name;
-            touch(c, k->in[j], k->in_t[j]->bytes, DELTA_STREAM_COMPUTE, a,
-                  false);
+            touch(c, k->in[j], k->in_t[j]->bytes, s, a, false);
         }
         for (int j = 0; j < op->n_out; j++) {
             if (!k->out_t[j]) continue;
             a.tensor = k->out_t[j]->name;
-            touch(c, k->out[j], k->out_t[j]->bytes, DELTA_STREAM_COMPUTE, a,
-                  true);
+            touch(c, k->out[j], k->out_t[j]->bytes, s, a, true);
         }
         a.tensor = NULL;
-        touch(c, k->ws, op->workspace, DELTA_STREAM_COMPUTE, a, true);
+        touch(c, k->ws, op->workspace, s, a, true);
     }
     if (!c->fake) {
-        c->inner->ops->run(c->inner->ctx, k);
+        fn(c->inner->ctx, k);
         return;
     }
     delta_kargs ik = *k;
     for (int j = 0; j < op->n_in; j++) ik.in[j] = inner_ptr(c, k->in[j]);
     for (int j = 0; j < op->n_out; j++) ik.out[j] = inner_ptr(c, k->out[j]);
     ik.ws = inner_ptr(c, k->ws);
-    c->inner->ops->run(c->inner->ctx, &ik);
+    fn(c->inner->ctx, &ik);
+}
+
+static void ck_run(void *ctx, const delta_kargs *k) {
+    checker *c = ctx;
+    ck_kernel(c, DELTA_STREAM_COMPUTE, k, c->inner->ops->run);
+}
+
+static void ck_collective(void *ctx, const delta_kargs *k) {
+    checker *c = ctx;
+    DELTA_ASSERTF(c->inner->ops->collective, "stream check: the %s backend "
+                  "has no communication stream", c->inner->name);
+    ck_kernel(c, DELTA_STREAM_COMM, k, c->inner->ops->collective);
 }
 
 static void ck_copy(void *ctx, delta_stream s, void *dst, const void *src,
@@ -664,6 +677,7 @@ static const delta_backend_ops check_ops = {
     .host_alloc = ck_host_alloc,
     .host_free = ck_host_free,
     .run = ck_run,
+    .collective = ck_collective,
     .copy = ck_copy,
     .record = ck_record,
     .wait = ck_wait,

@@ -5,7 +5,8 @@
  *    multiple of DELTA_ALIGN for aligned_alloc's rule; the runtime is given
  *    and uses exactly `bytes`).
  *  - Host store: delta_alloc_aligned blocks; NULL on failure, never abort.
- *  - Streams: one engine thread per stream (COMPUTE, TO_HOST, TO_DEVICE),
+ *  - Streams: one engine thread per stream (COMPUTE, TO_HOST, TO_DEVICE,
+ *    and COMM, whose kernels are collectives that send and receive with MPI),
  *    all running the same loop, so the device is asynchronous to the host
  *    as a GPU is. Each is fed through a fixed-capacity ring of items,
  *    allocated with the backend (no allocation per item; a producer finding
@@ -194,7 +195,7 @@ static void adopt_threads(engine *e) {
 /* Runs a kernel or copy item on its engine's thread, outside the lock. */
 static void run_item(engine *e, item *it) {
     if (it->kind == ITEM_KERNEL) {
-        adopt_threads(e);
+        if (e->stream == DELTA_STREAM_COMPUTE) adopt_threads(e);
         it->kernel.k.env = it->kernel.has_env ? &it->kernel.env : NULL;
         delta_cpu_run(&it->kernel.k);
     } else if (e->stream == DELTA_STREAM_COMPUTE) {
@@ -318,16 +319,28 @@ static void cpu_host_free(void *ctx, void *p) {
     delta_free_aligned(p);
 }
 
-static void cpu_run(void *ctx, const delta_kargs *k) {
+static void push_kernel(void *ctx, delta_stream s, const delta_kargs *k) {
     item it = {.kind = ITEM_KERNEL};
     it.kernel.k = *k;
     it.kernel.has_env = k->env != NULL;
     if (k->env) it.kernel.env = *k->env;
-    push(ctx, DELTA_STREAM_COMPUTE, &it);
+    push(ctx, s, &it);
+}
+
+static void cpu_run(void *ctx, const delta_kargs *k) {
+    push_kernel(ctx, DELTA_STREAM_COMPUTE, k);
+}
+
+/* Collectives on their own engine: while one waits for the other ranks,
+ * compute goes on with the rest of backward. */
+static void cpu_collective(void *ctx, const delta_kargs *k) {
+    push_kernel(ctx, DELTA_STREAM_COMM, k);
 }
 
 static void cpu_copy(void *ctx, delta_stream s, void *dst, const void *src,
                      size_t bytes) {
+    DELTA_ASSERTF(s != DELTA_STREAM_COMM, "a copy on the communication "
+                  "stream");
     item it = {.kind = ITEM_COPY};
     it.copy.dst = dst;
     it.copy.src = src;
@@ -453,6 +466,7 @@ static const delta_backend_ops cpu_ops = {
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
     .run = cpu_run,
+    .collective = cpu_collective,
     .copy = cpu_copy,
     .record = cpu_record,
     .wait = cpu_wait,
@@ -514,7 +528,8 @@ double delta_cpu_gemm_flops(void) {
 /* ---- construction ----------------------------------------------------------- */
 
 static const char *const stream_names[DELTA_STREAM_COUNT] = {
-    "compute", "device-to-host copy", "host-to-device copy"};
+    "compute", "device-to-host copy", "host-to-device copy",
+    "communication"};
 
 delta_backend *delta_backend_cpu_new(const delta_cpu_backend_opts *opts,
                                      char *err, size_t err_len) {

@@ -116,8 +116,13 @@ bool delta_gemm_contends(void) {
 #else
 #define FEAT_CUDA ""
 #endif
+#ifdef DELTA_HAVE_MPI
+#define FEAT_MPI " mpi"
+#else
+#define FEAT_MPI ""
+#endif
 
 const char *delta_build_features(void) {
-    static const char f[] = FEAT_BLAS FEAT_OMP FEAT_ZLIB FEAT_CJSON FEAT_CUDA;
+    static const char f[] = FEAT_BLAS FEAT_OMP FEAT_ZLIB FEAT_CJSON FEAT_MPI FEAT_CUDA;
     return f[0] ? f + 1 : "none";
 }

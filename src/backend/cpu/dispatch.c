@@ -50,6 +50,9 @@ static const delta_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_CAST] = delta_k_cast,
     [DELTA_OP_BATCHNORM_RELU] = delta_k_batchnorm_relu,
     [DELTA_OP_BATCHNORM_ADD_RELU] = delta_k_batchnorm_add_relu,
+    [DELTA_OP_ALLREDUCE] = delta_k_allreduce,
+    [DELTA_OP_REDUCE_SCATTER] = delta_k_reduce_scatter,
+    [DELTA_OP_ALLGATHER] = delta_k_allgather,
 };
 
 static const delta_kernel_fn bf16_kernels[DELTA_OP_TYPE_COUNT] = {

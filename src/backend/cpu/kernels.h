@@ -10,11 +10,14 @@
 
 #include "graph/graph_impl.h"
 
+struct delta_comm;
+
 /* Values a kernel reads besides its operands. */
 typedef struct delta_kernel_env {
     uint64_t seed;   /* the program's seed (dropout) */
     int64_t step;    /* training step, 0-based (dropout, Adam bias terms) */
     bool training;   /* false: batch norm uses running stats, dropout off */
+    struct delta_comm *comm; /* the ranks, for collective ops (NULL: one) */
 } delta_kernel_env;
 
 /* Everything one kernel call needs. Shapes come from the tensor records;
@@ -115,6 +118,10 @@ void delta_k_concat(const delta_kargs *k);
 /* k_optim.c */
 void delta_k_sgd_update(const delta_kargs *k);
 void delta_k_adamw_update(const delta_kargs *k);
+/* k_comm.c: collectives (on the backend's communication stream) */
+void delta_k_allreduce(const delta_kargs *k);
+void delta_k_reduce_scatter(const delta_kargs *k);
+void delta_k_allgather(const delta_kargs *k);
 /* k_bf16.c */
 void delta_k_cast(const delta_kargs *k);
 void delta_k_matmul_bf16(const delta_kargs *k);

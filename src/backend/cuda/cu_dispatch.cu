@@ -51,14 +51,20 @@ static const cu_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     delta_cu_cast,              /* CAST */
     delta_cu_batchnorm_relu,    /* BATCHNORM_RELU */
     delta_cu_batchnorm_add_relu, /* BATCHNORM_ADD_RELU */
+    /* collectives: the backend runs them on its communication stream
+     * through NCCL (nccl.c), never here */
+    NULL,                       /* ALLREDUCE */
+    NULL,                       /* REDUCE_SCATTER */
+    NULL,                       /* ALLGATHER */
 };
 
 /* The table follows the enum: these pin a few entries so that a new op
  * type inserted without a kernel here fails the build. */
-static_assert(DELTA_OP_TYPE_COUNT == 45, "a new op type needs a CUDA kernel");
+static_assert(DELTA_OP_TYPE_COUNT == 48, "a new op type needs a CUDA kernel");
 static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
                   DELTA_OP_ADAMW_UPDATE == 41 && DELTA_OP_CAST == 42 &&
-                  DELTA_OP_BATCHNORM_ADD_RELU == 44,
+                  DELTA_OP_BATCHNORM_ADD_RELU == 44 &&
+                  DELTA_OP_ALLGATHER == 47,
               "delta_op_type changed order: update the CUDA dispatch table");
 
 /* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes, as
@@ -69,6 +75,9 @@ static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
  * on the wrong element size. */
 void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
     DELTA_ASSERT((unsigned)k->op->type < DELTA_OP_TYPE_COUNT);
+    DELTA_ASSERTF(!delta_op_is_collective(k->op->type), "op %d (%s) is a "
+                  "collective: the backend runs it through NCCL", k->op->id,
+                  k->op->name);
     cu_kernel_fn fn = kernels[k->op->type];
     if (!fn) return;
     if (k->op->type != DELTA_OP_CAST && delta_cpu_has_bf16(k)) {

@@ -11,6 +11,11 @@
 
 bool delta_cuda_built(void) { return false; }
 
+bool delta_cuda_nccl_available(char *why, size_t n) {
+    if (why && n) snprintf(why, n, "%s", ABSENT_WHY);
+    return false;
+}
+
 const char *delta_cuda_conv_path(const delta_backend *b) {
     (void)b;
     return NULL;

@@ -4,9 +4,11 @@
  *    (base = its device address; the runtime only offsets into it).
  *  - Host store: cudaHostAlloc (pinned, so copies are truly asynchronous
  *    and run at the link's speed); NULL on failure, never abort.
- *  - Streams: one compute stream and two copy streams (to host, to device),
- *    all non-blocking with respect to the legacy default stream. Kernels
- *    and cuBLAS calls go to the compute stream; the kernels are
+ *  - Streams: one compute stream, two copy streams (to host, to device)
+ *    and a communication stream, all non-blocking with respect to the
+ *    legacy default stream. Kernels and cuBLAS calls go to the compute
+ *    stream, the collective ops of data parallel (NCCL, opened at the first
+ *    one: nccl.c) to the communication stream; the kernels are
  *    deterministic (src/backend/cuda/cuda_kernels.h).
  *  - Events. delta_event is (stream, seq): seq counts the items issued on
  *    the stream (kernels, copies, waits). record(s) marks the stream's end
@@ -94,6 +96,7 @@ typedef struct cuda_backend {
     char conv_path[320];   /* what convolutions run on, for the CLI */
     void *blas_ws, *scratch;
     delta_cuda_kctx kc;
+    delta_nccl *nccl;      /* the collectives' NCCL, from the first one */
     cudaEvent_t t_base;    /* the events' timeline: t_base is at base_s */
     cudaEvent_t t_cand;    /* the next base, once complete (rebase_poll) */
     bool cand_pending;     /* t_cand recorded, not taken yet */
@@ -253,10 +256,31 @@ static void cu_run(void *ctx, const delta_kargs *k) {
     item_end(be, DELTA_STREAM_COMPUTE, seq);
 }
 
+/* A collective op on the communication stream through NCCL, opened by
+ * the first one (every rank reaches its first collective: they join
+ * there). */
+static void cu_collective(void *ctx, const delta_kargs *k) {
+    cuda_backend *be = ctx;
+    if (!be->nccl) {
+        char why[512];
+        be->nccl = delta_nccl_open(k->env ? k->env->comm : NULL,
+                                   be->st[DELTA_STREAM_COMM].s, why,
+                                   sizeof why);
+        DELTA_ASSERTF(be->nccl, "cuda backend: NCCL for op %d (%s): %s",
+                      k->op->id, k->op->name, why);
+    }
+    uint64_t seq = item_begin(be, DELTA_STREAM_COMM);
+    delta_nccl_run(be->nccl, k);
+    cudaError_t e = cudaGetLastError();
+    DELTA_ASSERTF(e == cudaSuccess, "launching %s (op %d): %s", k->op->name,
+                  k->op->id, cudaGetErrorString(e));
+    item_end(be, DELTA_STREAM_COMM, seq);
+}
+
 static void cu_copy(void *ctx, delta_stream s, void *dst, const void *src,
                     size_t bytes) {
     cuda_backend *be = ctx;
-    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
+    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT && s != DELTA_STREAM_COMM);
     uint64_t seq = item_begin(be, s);
     if (s == DELTA_STREAM_COMPUTE)
         delta_cuda_memmove(&be->kc, dst, src, bytes);
@@ -376,6 +400,7 @@ static void cu_destroy(void *ctx) {
         if (be->st[s].s) cudaStreamSynchronize(be->st[s].s);
     if (be->arena) cudaFree(be->arena);
     delta_cudnn_close(be->dnn);
+    delta_nccl_close(be->nccl);
     if (be->blas) cublasDestroy(be->blas);
     if (be->lt) cublasLtDestroy(be->lt);
     if (be->blas_ws) cudaFree(be->blas_ws);
@@ -459,6 +484,7 @@ static const delta_backend_ops cuda_ops = {
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
     .run = cu_run,
+    .collective = cu_collective,
     .copy = cu_copy,
     .record = cu_record,
     .wait = cu_wait,

@@ -76,6 +76,24 @@ size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
                         const delta_conv_dims *g, size_t declared);
 /* Writes new timed choices to the file; false with err when it cannot. */
 bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n);
+/* ---- NCCL, loaded at run time (nccl.c): the collective ops ------------------
+ * (data parallel; docs/CUDA.md). delta_nccl_open loads libnccl.so.2 and
+ * joins the ranks of comm (rank 0's unique id over MPI), issuing on
+ * stream; NULL with the reason in why. delta_nccl_run runs a collective op
+ * (allreduce, reduce-scatter, allgather) on that stream. */
+typedef struct delta_nccl delta_nccl;
+struct delta_comm;
+delta_nccl *delta_nccl_open(struct delta_comm *comm, cudaStream_t stream,
+                            char *why, size_t n);
+void delta_nccl_close(delta_nccl *d);
+int delta_nccl_version(const delta_nccl *d);
+void delta_nccl_run(delta_nccl *d, const delta_kargs *k);
+/* cu_dp.cu: out[0..n) = the mean over P ranks in rank order, rank me's
+ * values in mine, the others' in ws at slot * stride (nccl.c). */
+void delta_cu_dp_mean(cudaStream_t stream, float *out, const float *mine,
+                      const float *ws, int64_t stride, int P, int me,
+                      int64_t n);
+
 /* ---- per file (grouped as the CPU kernels) -------------------------------- */
 /* cu_matmul.cu */
 void delta_cu_matmul(const delta_cuda_kctx *c, const delta_kargs *k);

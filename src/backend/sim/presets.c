@@ -93,6 +93,43 @@ static const delta_gpu_preset presets[] = {
     {.name = NULL},
 };
 
+/* The GPUs' links for data parallel (docs/DEVICE.md, "Interconnects"): the
+ * raw per-direction rate of one GPU's link from NVIDIA's datasheets at the
+ * ~80% that transfers reach (as for the host links above), and NCCL's own
+ * per-step latency of a ring with its Simple protocol (the hwLat table of
+ * NCCL's cost model, src/graph/tuning.cc: NVLink 3.4, PCI 5.7, network
+ * 14 us). */
+static const delta_interconnect interconnects[] = {
+    {.name = "nvlink",
+     .description = "NVLink 4 (H100 SXM5: 900 GB/s both ways, 450 per "
+                    "direction), one node",
+     .bytes_per_s = 360 * GB, .latency_s = 3.4 * US},
+    {.name = "pcie",
+     .description = "PCIe 5 x16 between GPUs (63 GB/s per direction)",
+     .bytes_per_s = 50 * GB, .latency_s = 5.7 * US},
+    {.name = "infiniband",
+     .description = "InfiniBand NDR, one 400 Gb/s ConnectX-7 per GPU (50 "
+                    "GB/s per direction), across nodes",
+     .bytes_per_s = 40 * GB, .latency_s = 14 * US},
+    {.name = NULL},
+};
+
+const delta_interconnect *delta_interconnects(void) { return interconnects; }
+
+const delta_interconnect *delta_interconnect_find(const char *name) {
+    if (!name) return NULL;
+    for (const delta_interconnect *p = interconnects; p->name; p++)
+        if (strcmp(p->name, name) == 0) return p;
+    return NULL;
+}
+
+double delta_collective_seconds(const delta_interconnect *ic, int ranks,
+                                bool allreduce, double bytes) {
+    if (ranks <= 1) return 0;
+    double steps = (double)(ranks - 1) * (allreduce ? 2 : 1);
+    return steps / ranks * bytes / ic->bytes_per_s + steps * ic->latency_s;
+}
+
 const delta_gpu_preset *delta_gpu_presets(void) { return presets; }
 
 const delta_gpu_preset *delta_gpu_preset_find(const char *name) {

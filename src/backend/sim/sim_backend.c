@@ -23,7 +23,11 @@
  *     eff_mem      0.8 of the HBM bandwidth (what STREAM-like kernels reach)
  *   a copy on a copy stream: latency + bytes / link_bytes_per_s;
  *   a copy on the compute stream (a device-side move): launch +
- *     2 bytes / (hbm * eff_mem) (read and write).
+ *     2 bytes / (hbm * eff_mem) (read and write);
+ *   a collective op (COMM stream) over P ranks of the op's input bytes B:
+ *     a ring on the interconnect, delta_collective_seconds (allreduce
+ *     2 (P - 1) / P x B / bandwidth + 2 (P - 1) latencies, reduce-scatter
+ *     and allgather half of it).
  * A device description from a file (delta calibrate; device_file.c)
  * replaces the constants where it gives figures: launch by kernel_s,
  * eff_compute and eff_mem by curves per kind of op, each op type's time
@@ -79,6 +83,7 @@
 typedef struct sim_backend {
     delta_backend base;  /* base.ctx == this */
     const delta_gpu_preset *gpu;
+    const delta_interconnect *ic; /* collectives' link */
     bool tensor_cores;
     double clock[DELTA_STREAM_COUNT]; /* when each stream's last item ends */
     double host;                      /* the host's clock */
@@ -215,12 +220,30 @@ static void sim_run(void *ctx, const delta_kargs *k) {
     launch(sb, host_s, delta_sim_op_seconds(sb->gpu, sb->tensor_cores, op));
 }
 
+/* Seconds of a collective op on the interconnect (its bytes are the
+ * buffer's: cost.c). */
+static double collective_seconds(const sim_backend *sb, const delta_op *op) {
+    return delta_collective_seconds(sb->ic, op->a.ranks,
+                                    op->type == DELTA_OP_ALLREDUCE, op->bytes);
+}
+
+/* A collective on the COMM stream: issued like a kernel (an NCCL call),
+ * it starts when the stream is free and takes the ring's time. */
+static void sim_collective(void *ctx, const delta_kargs *k) {
+    sim_backend *sb = ctx;
+    sb->host += sb->gpu->launch_host_s;
+    double *c = &sb->clock[DELTA_STREAM_COMM];
+    double t0 = max2(*c, sb->host + sb->gpu->launch_latency_s);
+    *c = t0 + collective_seconds(sb, k->op);
+    add_item(sb, DELTA_STREAM_COMM, t0, *c);
+}
+
 static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
                      size_t bytes) {
     sim_backend *sb = ctx;
     (void)dst;
     (void)src;
-    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT);
+    DELTA_ASSERT((unsigned)s < DELTA_STREAM_COUNT && s != DELTA_STREAM_COMM);
     if (s == DELTA_STREAM_COMPUTE) {
         const delta_sim_curve *cm =
             curve_of(sb->gpu->eff, DELTA_SIM_KIND_ELEMENTWISE);
@@ -292,6 +315,7 @@ static double sim_clock(void *ctx) {
 
 static double sim_op_cost(void *ctx, const delta_op *op) {
     sim_backend *sb = ctx;
+    if (delta_op_is_collective(op->type)) return collective_seconds(sb, op);
     return delta_sim_op_seconds(sb->gpu, sb->tensor_cores, op);
 }
 
@@ -303,6 +327,7 @@ static const delta_backend_ops sim_ops = {
     .host_alloc = sim_host_alloc,
     .host_free = sim_host_free,
     .run = sim_run,
+    .collective = sim_collective,
     .copy = sim_copy,
     .record = sim_record,
     .wait = sim_wait,
@@ -342,6 +367,8 @@ delta_backend *delta_backend_sim_new(const delta_sim_backend_opts *opts,
         return NULL;
     }
     sb->gpu = gpu;
+    sb->ic = opts && opts->interconnect ? opts->interconnect
+                                        : delta_interconnect_find("nvlink");
     sb->tensor_cores = opts && opts->tensor_cores;
     sb->next_token = TOKEN_START;
     sb->base.name = "sim";
