@@ -81,6 +81,37 @@ static void test_program_key(void) {
     CHECK(clashes == 0, "%d clashes among %d shapes", clashes, n);
 }
 
+/* Data parallel: the collectives' attributes (ranks, rank, owners) are in
+ * the key, so two ranks' programs, or ZeRO-1's against plain, never share
+ * a plan. */
+static uint64_t dp_key(int ranks, int rank, int zero) {
+    delta_ctx *c = delta_ctx_new();
+    int64_t xs[2] = {8, 16}, ws[2] = {4, 16}, ns[1] = {8};
+    delta_tensor *x = delta_input(c, "x", DELTA_F32, 2, xs);
+    delta_tensor *y = delta_input(c, "y", DELTA_I32, 1, ns);
+    delta_tensor *w = delta_param(c, "w", 2, ws,
+                                  (delta_init){DELTA_INIT_NORMAL, 0, 0.1f});
+    delta_tensor *w2 = delta_param(c, "w2", 2, (int64_t[]){4, 4},
+                                   (delta_init){DELTA_INIT_NORMAL, 0, 0.1f});
+    delta_tensor *h = delta_linear(c, x, w, NULL);
+    delta_backward(c, delta_cross_entropy(c, delta_linear(c, h, w2, NULL), y,
+                                          -100));
+    delta_data_parallel(c, &(delta_dp_opts){.ranks = ranks, .rank = rank,
+                                            .zero = zero});
+    delta_optimizer_sgd(c, (delta_sgd_opts){.lr = 0.1f});
+    CHECK(delta_ctx_status(c) == DELTA_OK, "%s", delta_ctx_error(c));
+    uint64_t k = delta_program_key(c);
+    delta_ctx_free(c);
+    return k;
+}
+
+static void test_program_key_data_parallel(void) {
+    CHECK(dp_key(2, 0, 0) == dp_key(2, 0, 0), "the same key twice");
+    CHECK(dp_key(2, 0, 0) != dp_key(2, 1, 0), "another rank");
+    CHECK(dp_key(2, 0, 0) != dp_key(4, 0, 0), "another rank count");
+    CHECK(dp_key(2, 0, 0) != dp_key(2, 0, 1), "ZeRO-1");
+}
+
 static void test_put_get(void) {
     delta_plan_cache *c = delta_plan_cache_new();
     CHECK(c != NULL);
@@ -369,6 +400,7 @@ static void test_session_handover(void) {
 
 int main(void) {
     TEST_RUN(test_program_key);
+    TEST_RUN(test_program_key_data_parallel);
     TEST_RUN(test_put_get);
     TEST_RUN(test_managed_views);
     TEST_RUN(test_names_stable_across_shapes);
