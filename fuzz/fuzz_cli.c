@@ -25,7 +25,7 @@ static void check_values(const char *s) {
     int64_t i;
     double x;
     size_t n;
-    budget_spec b;
+    delta_budget b;
     err[0] = '\0';
     if (parse_i64("--n", s, -5, 1000, &i, err, sizeof err)) {
         if (i < -5 || i > 1000) __builtin_trap();
@@ -39,9 +39,9 @@ static void check_values(const char *s) {
         __builtin_trap();
     err[0] = '\0';
     if (parse_budget("--budget", s, &b, err, sizeof err)) {
-        if (b.kind == BUDGET_PERCENT && !(b.percent > 0 && b.percent <= 1000))
+        if (b.kind == DELTA_BUDGET_PERCENT && !(b.percent > 0 && b.percent <= 1000))
             __builtin_trap();
-        if (b.kind == BUDGET_BYTES && b.bytes == 0) __builtin_trap();
+        if (b.kind == DELTA_BUDGET_BYTES && b.bytes == 0) __builtin_trap();
     } else if (!err[0]) __builtin_trap();
 }
 
@@ -68,10 +68,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc != -1 && rc != 0 && rc != 2) __builtin_trap();
     if (rc == -1) {
         /* Accepted: the settings the trainer relies on hold. */
-        if (!c.model.name || c.steps < 0) __builtin_trap();
-        if (c.seq_len_min > c.seq_len_max) __builtin_trap();
+        if (!c.run.model.name || c.steps < 0) __builtin_trap();
+        if (c.run.seq_len_min > c.run.seq_len_max) __builtin_trap();
         /* Strings point into argv, which is still alive here. */
-        volatile size_t n = strlen(c.model.name);
+        volatile size_t n = strlen(c.run.model.name);
         (void)n;
     }
     /* Nothing of this parse may leak into the next one (checked while

@@ -54,7 +54,7 @@ static void test_parse_twice_after_cluster(void) {
         char *argv[] = {"train", "--model", "mlp", "--steps", "3", NULL};
         CHECK(train_parse_args(5, argv, &c) == -1,
               "case %zu: a valid command line after it was refused", i);
-        CHECK(c.steps == 3 && c.model.name && !strcmp(c.model.name, "mlp"),
+        CHECK(c.steps == 3 && c.run.model.name && !strcmp(c.run.model.name, "mlp"),
               "case %zu: steps %lld", i, (long long)c.steps);
     }
 }
@@ -70,9 +70,9 @@ static void test_parse_values(void) {
     for (int i = 0; good[i]; i++) argv[argc++] = (char *)good[i];
     argv[argc] = NULL;
     CHECK(train_parse_args(argc, argv, &c) == -1);
-    CHECK(c.budget.kind == BUDGET_PERCENT && c.budget.percent == 60);
-    CHECK(c.seq_len_min == 16 && c.seq_len_max == 128);
-    CHECK(c.lr > 2.9e-4 && c.lr < 3.1e-4);
+    CHECK(c.run.budget.kind == DELTA_BUDGET_PERCENT && c.run.budget.percent == 60);
+    CHECK(c.run.seq_len_min == 16 && c.run.seq_len_max == 128);
+    CHECK(c.run.lr > 2.9e-4 && c.run.lr < 3.1e-4);
     static const char *const bad[][5] = {
         {"--model", "mlp", "--steps", "-1", NULL},
         {"--model", "mlp", "--budget", "0", NULL},
@@ -88,14 +88,14 @@ static void test_parse_values(void) {
     static const char *const bf16[] = {"--model", "gpt2-tiny", "--precision",
                                        "bf16", NULL};
     CHECK(parse(&c, bf16) == -1 &&
-          c.model.precision == DELTA_PRECISION_BF16);
+          c.run.model.precision == DELTA_PRECISION_BF16);
     static const char *const fp32[] = {"--model", "mlp", NULL};
     CHECK(parse(&c, fp32) == -1 &&
-          c.model.precision == DELTA_PRECISION_FP32, "fp32 by default");
+          c.run.model.precision == DELTA_PRECISION_FP32, "fp32 by default");
     static const char *const cuda[] = {"--model", "mlp", "--precision",
                                        "bf16", "--backend", "cuda", NULL};
     CHECK(parse(&c, cuda) == -1 &&
-              c.model.precision == DELTA_PRECISION_BF16,
+              c.run.model.precision == DELTA_PRECISION_BF16,
           "bf16 on cuda accepted (the CUDA backend computes BF16)");
 }
 
@@ -130,13 +130,13 @@ static void test_labels_name_the_backend(void) {
     char label[256];
     static const char *const names[] = {"cpu", "cuda"};
     for (int i = 0; i < 2; i++) {
-        b.base.backend = names[i];
+        b.base.run.backend = names[i];
         bench_label(&b, &bm, label, sizeof label);
         CHECK(!strncmp(label, names[i], strlen(names[i])) &&
                   label[strlen(names[i])] == ':',
               "%s run labeled '%s'", names[i], label);
     }
-    b.base.backend = NULL;  /* not given: cpu */
+    b.base.run.backend = NULL;  /* not given: cpu */
     bench_label(&b, &bm, label, sizeof label);
     CHECK(!strncmp(label, "cpu:", 4), "default labeled '%s'", label);
     train_config c;

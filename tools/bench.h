@@ -39,7 +39,7 @@ typedef struct bench {
     const char *models[BENCH_MAX_MODELS];
     const char *policies[BENCH_MAX_POLICIES];
     const char *budget_label[BENCH_MAX_BUDGETS];  /* as given: "50%" */
-    budget_spec budgets[BENCH_MAX_BUDGETS];
+    delta_budget budgets[BENCH_MAX_BUDGETS];
     int n_models, n_policies, n_budgets;
     int timeline_budget;        /* index into budgets; -1: no timeline */
     const char *out;            /* output directory */

@@ -95,9 +95,9 @@ static bool write_step_memory(const char *in, const char *out,
 
 /* The budget of cell k in % of the model's peak (NAN: unlimited). */
 static double budget_pct(const bench *b, const bench_model *bm, int k) {
-    const budget_spec *s = &b->budgets[k];
-    if (s->kind == BUDGET_PERCENT) return s->percent;
-    if (s->kind == BUDGET_BYTES && bm->ref.baseline_peak_bytes)
+    const delta_budget *s = &b->budgets[k];
+    if (s->kind == DELTA_BUDGET_PERCENT) return s->percent;
+    if (s->kind == DELTA_BUDGET_BYTES && bm->ref.baseline_peak_bytes)
         return 100.0 * (double)s->bytes / (double)bm->ref.baseline_peak_bytes;
     return NAN;
 }

@@ -33,7 +33,7 @@ const char *bench_label(const bench *b, const bench_model *bm, char *buf,
     else
         shape[0] = '\0';
     if (train_on(c, "sim"))
-        snprintf(buf, n, "sim %s: %s%s, batch %" PRId64 ", %s", bm->cfg.gpu,
+        snprintf(buf, n, "sim %s: %s%s, batch %" PRId64 ", %s", bm->cfg.run.gpu,
                  bm->name, shape, bm->batch, bm->optimizer);
     else
         snprintf(buf, n, "%s: %s%s, batch %" PRId64 ", %s",
@@ -64,7 +64,7 @@ static void csv_row(FILE *f, const bench *b, const bench_model *bm,
     bool ok = r->status == CELL_OK;
     fprintf(f, "%s,%s,%s,%" PRId64 ",%" PRId64 ",%s,%s", bm->name,
             train_backend(&b->base),
-            train_on(&b->base, "sim") ? bm->cfg.gpu : "",
+            train_on(&b->base, "sim") ? bm->cfg.run.gpu : "",
             bm->batch, bm->seq_len, policy, budget);
     csv_number(f, (double)r->budget_bytes, r->budget_bytes > 0);
     fprintf(f, ",%s,%" PRId64, cell_status_name(r->status), r->steps);
@@ -114,7 +114,7 @@ static const char *md_cell(const bench *b, const bench_model *bm, int p,
     if (r->status == CELL_INFEASIBLE) return "refused";
     if (r->status == CELL_FAILED) return "fail";
     if (!strcmp(b->policies[p], "keep") &&
-        b->budgets[k].kind == BUDGET_UNLIMITED)
+        b->budgets[k].kind == DELTA_BUDGET_UNLIMITED)
         return "ref.";
     double ov = bench_overhead(bm, r);
     if (isnan(ov)) return "n/a";

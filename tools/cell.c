@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/median.h"
 #include "progress.h"
 
 const char *cell_status_name(cell_status s) {
@@ -36,7 +37,7 @@ void cell_summarize(const delta_step_stats *steps, int64_t n,
         r->drops += (double)s->drops / (double)m;
         r->stall_s += s->stall_s / (double)m;
     }
-    r->step_s = trainer_median(t, m);
+    r->step_s = delta_median(t, m);
     free(t);
 }
 
@@ -52,14 +53,16 @@ delta_status cell_run(const train_config *c, cell_result *r) {
         snprintf(t.err, sizeof t.err, "out of memory");
     }
     if (st == DELTA_OK) {
-        r->batch = t.shapes[0].batch;
-        r->seq_len = t.shapes[0].seq_len;
-        r->budget_bytes = t.budget_bytes;
-        r->baseline_peak_bytes = t.plan.peak_bytes;
-        r->min_budget_bytes = t.plan.min_budget_bytes;
+        const delta_model_config *m = &delta_trainer_main_model(t.tr)->cfg;
+        const delta_dry_plan *plan = delta_trainer_dry_plan(t.tr);
+        r->batch = m->batch;
+        r->seq_len = t.image ? 0 : m->seq_len;
+        r->budget_bytes = delta_trainer_budget_bytes(t.tr);
+        r->baseline_peak_bytes = plan->peak_bytes;
+        r->min_budget_bytes = plan->min_budget_bytes;
         t.step_log = log;
         st = trainer_train(&t);
-        cell_summarize(log, t.result.steps_done, r);
+        cell_summarize(log, trainer_result(&t)->steps_done, r);
     }
     /* A trace is completed whatever happened, so it opens. */
     delta_status tst = trainer_close_trace(&t);

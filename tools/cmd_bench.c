@@ -141,31 +141,31 @@ static int parse(bench *b, int argc, char **argv) {
     train_config *c = &b->base;
     int rc = train_args_parse(argc, argv, c, &ext);
     if (rc >= 0) return rc;
-    if (c->model.name && b->n_models)
+    if (c->run.model.name && b->n_models)
         return train_args_error("--model and --models both choose models; "
                                 "give one of them");
-    if (c->model.name) b->models[b->n_models++] = c->model.name;
+    if (c->run.model.name) b->models[b->n_models++] = c->run.model.name;
     if (!b->n_models)
         return train_args_error("no model given: use --models LIST (e.g. "
                                 "--models gpt2-tiny,resnet18)");
     rc = train_args_pick_policies(c, b->policies, BENCH_MAX_POLICIES,
                                   &b->n_policies);
     if (rc >= 0) return rc;
-    if (c->budget.kind != BUDGET_UNLIMITED && b->n_budgets)
+    if (c->run.budget.kind != DELTA_BUDGET_UNLIMITED && b->n_budgets)
         return train_args_error("--budget and --budgets both set budgets; "
                                 "give one of them");
-    if (c->budget.kind != BUDGET_UNLIMITED) {
+    if (c->run.budget.kind != DELTA_BUDGET_UNLIMITED) {
         /* one budget, as train takes it */
-        if (c->budget.kind == BUDGET_PERCENT)
+        if (c->run.budget.kind == DELTA_BUDGET_PERCENT)
             snprintf(b->lists[2], sizeof b->lists[2], "%g%%",
-                     c->budget.percent);
+                     c->run.budget.percent);
         else
-            delta_format_bytes((double)c->budget.bytes, b->lists[2],
+            delta_format_bytes((double)c->run.budget.bytes, b->lists[2],
                                sizeof b->lists[2]);
         b->budget_label[0] = b->lists[2];
-        b->budgets[0] = c->budget;
+        b->budgets[0] = c->run.budget;
         b->n_budgets = 1;
-        c->budget.kind = BUDGET_UNLIMITED;
+        c->run.budget.kind = DELTA_BUDGET_UNLIMITED;
     }
     if (!b->n_budgets) {
         rc = parse_budgets(b, "--budgets", DEFAULT_BUDGETS);
@@ -177,7 +177,7 @@ static int parse(bench *b, int argc, char **argv) {
         return train_args_error("--out %s: give a directory whose name "
                                 "has no quotes, backslashes, '$' or '`'",
                                 b->out);
-    if (c->save || c->load || c->trace || c->json || c->seq_len_max)
+    if (c->save || c->load || c->trace || c->json || c->run.seq_len_max)
         return train_args_error("%s does not apply to bench (it writes its "
                                 "results into --out)",
                                 c->save ? "--save" : c->load ? "--load"
@@ -204,9 +204,9 @@ static int parse(bench *b, int argc, char **argv) {
     }
     b->quiet = c->quiet;
     c->quiet = true;
-    c->eval_batches = 0;
+    c->run.eval_batches = 0;
     /* the cells measure; real data would only slow the cpu down */
-    if (!c->data && train_on(c, "cpu")) c->data = "synthetic";
+    if (!c->run.data && train_on(c, "cpu")) c->run.data = "synthetic";
     return -1;
 }
 
@@ -217,25 +217,27 @@ static int setup_models(bench *b) {
     for (int i = 0; i < b->n_models; i++) {
         bench_model *bm = &b->m[i];
         bm->cfg = b->base;
-        bm->cfg.model.name = b->models[i];
+        bm->cfg.run.model.name = b->models[i];
         /* --hidden is mlp's hidden width (as train reads it) */
-        if (!strcmp(b->models[i], "mlp") && bm->cfg.model.hidden) {
-            bm->cfg.model.mlp_hidden = bm->cfg.model.hidden;
-            bm->cfg.model.hidden = 0;
+        if (!strcmp(b->models[i], "mlp") && bm->cfg.run.model.hidden) {
+            bm->cfg.run.model.mlp_hidden = bm->cfg.run.model.hidden;
+            bm->cfg.run.model.hidden = 0;
         }
         train_config c = bm->cfg;
-        c.plan_only = true;
+        c.run.plan_only = true;
         trainer t;
         delta_status st = trainer_setup(&t, &c);
         if (st == DELTA_OK) {
-            bm->name = t.cfg.model.name;
-            bm->cfg.model.name = bm->name;
-            bm->cfg.model.batch = t.cfg.model.batch;
-            bm->cfg.gpu = t.cfg.gpu;
-            bm->batch = t.model.cfg.batch;
-            bm->seq_len = t.image ? 0 : t.model.cfg.seq_len;
-            bm->image_size = t.image ? t.model.cfg.image_size : 0;
-            bm->optimizer = t.optimizer_name;
+            bm->name = t.cfg.run.model.name;
+            bm->cfg.run.model.name = bm->name;
+            bm->cfg.run.model.batch = t.cfg.run.model.batch;
+            bm->cfg.run.gpu = t.cfg.run.gpu;
+            const delta_model_config *m =
+                &delta_trainer_main_model(t.tr)->cfg;
+            bm->batch = m->batch;
+            bm->seq_len = t.image ? 0 : m->seq_len;
+            bm->image_size = t.image ? m->image_size : 0;
+            bm->optimizer = delta_trainer_optimizer(t.tr, NULL, NULL, NULL);
         } else {
             fprintf(stderr, "delta bench: %s: %s\n", b->models[i], t.err);
         }
@@ -325,11 +327,11 @@ static void report_cell(grid_progress *g, const bench_model *bm,
 }
 
 static void run_cell(const bench_model *bm, const char *policy,
-                     budget_spec budget, const char *trace,
+                     delta_budget budget, const char *trace,
                      cell_result *r) {
     train_config c = bm->cfg;
-    c.policy = policy;
-    c.budget = budget;
+    c.run.policy = policy;
+    c.run.budget = budget;
     c.trace = trace;
     cell_run(&c, r);
 }
@@ -357,7 +359,7 @@ static void run_grid(bench *b) {
     int timeline = b->timeline_budget >= 0 ? b->n_policies + 1 : 0;
     int reps = b->repeat, cells = 1 + b->n_policies * b->n_budgets;
     g.total = b->n_models * (cells * reps + timeline);
-    const budget_spec unlimited = {.kind = BUDGET_UNLIMITED};
+    const delta_budget unlimited = {.kind = DELTA_BUDGET_UNLIMITED};
     char what[128], path[4096];
     /* every run of every cell of a model, [cell][rep]; cell 0 is keep */
     cell_result *runs = calloc((size_t)cells * (size_t)reps, sizeof *runs);

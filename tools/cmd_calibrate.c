@@ -16,6 +16,7 @@
 
 #include "cell.h"
 #include "commands.h"
+#include "core/median.h"
 #include "delta/delta.h"
 #include "outfile.h"
 #include "train_args.h"
@@ -112,9 +113,9 @@ static int parse(calib_args *ca, train_config *c, int argc, char **argv) {
     if (!ca->out)
         return train_args_error("no output file: use --out FILE");
     if (c->save || c->load || c->json || c->trace || c->resume ||
-        c->checkpoint_every || c->policy || c->budget.kind != BUDGET_UNLIMITED ||
-        c->seq_len_max || c->device_jitter || c->sync_every_op ||
-        c->check_streams || c->host_memory)
+        c->checkpoint_every || c->run.policy || c->run.budget.kind != DELTA_BUDGET_UNLIMITED ||
+        c->run.seq_len_max || c->run.device_jitter || c->run.sync_every_op ||
+        c->run.check_streams || c->run.host_memory)
         return train_args_error("calibrate measures keep steps with no "
                                 "budget and writes only --out: --save, "
                                 "--load, --json, --trace, --resume, "
@@ -122,7 +123,7 @@ static int parse(calib_args *ca, train_config *c, int argc, char **argv) {
                                 "--seq-len-range, --device-jitter, "
                                 "--sync-every-op, --check-streams and "
                                 "--host-memory do not apply");
-    if (!c->model.name && model_options_given(&c->model))
+    if (!c->run.model.name && model_options_given(&c->run.model))
         return train_args_error("model options without --model: the default "
                                 "programs have their own shapes; give "
                                 "--model NAME with them");
@@ -141,20 +142,20 @@ static int parse(calib_args *ca, train_config *c, int argc, char **argv) {
 
 /* The programs traced: --model's, or the backend's two defaults. */
 static int programs(const train_config *c, train_config *p) {
-    if (c->model.name) {
+    if (c->run.model.name) {
         p[0] = *c;
         return 1;
     }
     bool gpu = !train_on(c, "cpu");
     p[0] = p[1] = *c;
-    delta_model_config *r = &p[0].model, *g = &p[1].model;
+    delta_model_config *r = &p[0].run.model, *g = &p[1].run.model;
     r->name = gpu ? "resnet50" : "resnet18";
     r->batch = gpu ? 32 : 16;
     r->image_size = gpu ? 224 : 32;
     r->channels = 3;
     r->classes = gpu ? 1000 : 10;
     r->width = gpu ? 0 : 8;
-    p[0].optimizer = TRAIN_OPT_SGD;
+    p[0].run.optimizer = DELTA_TRAIN_OPT_SGD;
     g->name = gpu ? "gpt2-small" : "gpt2-tiny";
     g->batch = 4;
     if (!gpu) {
@@ -164,12 +165,12 @@ static int programs(const train_config *c, train_config *p) {
         g->seq_len = 64;
         g->vocab = 256;
     }
-    p[1].optimizer = TRAIN_OPT_ADAMW;
+    p[1].run.optimizer = DELTA_TRAIN_OPT_ADAMW;
     return 2;
 }
 
 static const char *program_label(const trainer *t, char *buf, size_t n) {
-    const delta_model_config *m = &t->model.cfg;
+    const delta_model_config *m = &delta_trainer_main_model(t->tr)->cfg;
     if (t->image)
         snprintf(buf, n, "%s %" PRId64 "x%" PRId64 "x%" PRId64 " batch %" PRId64,
                  m->name, m->channels, m->image_size, m->image_size, m->batch);
@@ -180,8 +181,6 @@ static const char *program_label(const trainer *t, char *buf, size_t n) {
     return buf;
 }
 
-/* The median of v[0..n) (sorted in place). */
-static double med(double *v, int n) { return trainer_median(v, n); }
 
 /* Keep steps of program p on its backend: a warm-up step, then p->steps
  * more; each op's time is its median over them. Adds them to cal and
@@ -194,8 +193,8 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
     int64_t steps = c.steps;
     c.steps = 1;
     c.quiet = true;
-    c.eval_batches = 0;
-    if (!c.data) c.data = "synthetic";
+    c.run.eval_batches = 0;
+    if (!c.run.data) c.run.data = "synthetic";
     trainer t;
     delta_status st = trainer_setup(&t, &c);
     if (st == DELTA_OK) st = trainer_train(&t);
@@ -205,7 +204,9 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
         return st;
     }
     program_label(&t, label, label_n);
-    int n_ops = delta_ctx_n_ops(t.ctx);
+    const delta_ctx *ctx = delta_trainer_ctx(t.tr);
+    delta_session *session = delta_trainer_session(t.tr);
+    int n_ops = delta_ctx_n_ops(ctx);
     double *op_s = calloc((size_t)n_ops * (size_t)steps, sizeof *op_s);
     double *col = calloc((size_t)steps, sizeof *col);
     double *step = calloc((size_t)steps, sizeof *step);
@@ -215,16 +216,16 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
     }
     for (int64_t s = 0; st == DELTA_OK && s < steps; s++) {
         delta_step_stats ss;
-        st = delta_session_run(t.session, DELTA_RUN_STEP, &ss);
+        st = delta_session_run(session, DELTA_RUN_STEP, &ss);
         if (st != DELTA_OK) {
             fprintf(stderr, "delta calibrate: %s: %s\n", label,
-                    delta_session_error(t.session));
+                    delta_session_error(session));
             break;
         }
         step[s] = ss.step_s;
         for (int i = 0; i < n_ops; i++)
             op_s[(size_t)i * (size_t)steps + (size_t)s] =
-                delta_session_op_seconds(t.session, i);
+                delta_session_op_seconds(session, i);
     }
     if (st == DELTA_OK) {
         /* per op, the median over the steps, in op_s's first column */
@@ -233,15 +234,15 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
         for (int i = 0; i < n_ops; i++) {
             double *row = &op_s[(size_t)i * (size_t)steps];
             memcpy(col, row, sizeof *col * (size_t)steps);
-            op_s[i] = med(col, (int)steps);
+            op_s[i] = delta_median(col, (int)steps);
             if (op_s[i] > 0) {
                 busy += op_s[i];
                 timed++;
             }
         }
-        *step_s = med(step, (int)steps);
+        *step_s = delta_median(step, (int)steps);
         *gap_s = timed && *step_s > busy ? (*step_s - busy) / timed : 0;
-        st = delta_calibration_add_step(cal, label, t.ctx, op_s, *step_s);
+        st = delta_calibration_add_step(cal, label, ctx, op_s, *step_s);
         if (!quiet)
             fprintf(stderr, "  %s: keep step %.3f ms (median of %" PRId64
                     ")\n", label, *step_s * 1e3, steps);
@@ -295,12 +296,12 @@ static void fit_gap(const train_config *prog, const double *measured, int n,
 
 static double simulate(const train_config *p, const delta_gpu_preset *dev) {
     train_config c = *p;
-    c.backend = "sim";
-    c.gpu = NULL;
-    c.gpu_file = NULL;
-    c.gpu_device = dev;
-    c.link_set = false;
-    c.data = NULL;
+    c.run.backend = "sim";
+    c.run.gpu = NULL;
+    c.run.gpu_file = NULL;
+    c.run.gpu_device = dev;
+    c.run.link_set = false;
+    c.run.data = NULL;
     c.quiet = true;
     c.steps += 1;
     cell_result r;
@@ -312,9 +313,9 @@ static double simulate(const train_config *p, const delta_gpu_preset *dev) {
 static int check_programs(const train_config *prog, int n) {
     for (int i = 0; i < n; i++) {
         train_config c = prog[i];
-        c.plan_only = true;
+        c.run.plan_only = true;
         c.quiet = true;
-        if (!c.data) c.data = "synthetic";
+        if (!c.run.data) c.run.data = "synthetic";
         trainer t;
         delta_status st = trainer_setup(&t, &c);
         if (st != DELTA_OK)
@@ -334,17 +335,17 @@ int cmd_calibrate(int argc, char **argv) {
     int n = programs(&c, prog);
     rc = check_programs(prog, n);
     if (rc >= 0) return rc;
-    if (c.threads > 0) delta_cpu_set_threads(c.threads);
+    if (c.run.threads > 0) delta_cpu_set_threads(c.run.threads);
 
     /* the backend as train makes it with a budget: on cpu the default
      * emulated link (or --link-bw), which is what policies' swaps cross */
     char err[1024];
-    delta_cpu_backend_opts cpu = {.link_gbps = c.link_set ? c.link_gbps : -1,
+    delta_cpu_backend_opts cpu = {.link_gbps = c.run.link_set ? c.run.link_gbps : -1,
                                   .link_latency_s = -1};
     delta_gpu_preset *file = NULL;
-    delta_sim_backend_opts sim = {.gpu = c.gpu};
-    if (c.gpu_file) {
-        sim.device = file = delta_gpu_file_load(c.gpu_file, err, sizeof err);
+    delta_sim_backend_opts sim = {.gpu = c.run.gpu};
+    if (c.run.gpu_file) {
+        sim.device = file = delta_gpu_file_load(c.run.gpu_file, err, sizeof err);
         if (!file) {
             fprintf(stderr, "delta calibrate: --gpu-file: %s\n", err);
             return 2;

@@ -135,25 +135,25 @@ static int parse(maxbatch *m, int argc, char **argv) {
     train_config *c = &m->cfg;
     int rc = train_args_parse(argc, argv, c, &ext);
     if (rc >= 0) return rc;
-    if (c->model.batch)
+    if (c->run.model.batch)
         return train_args_error("--batch: maxbatch searches the batch "
                                 "itself; leave --batch out (--max-batch "
                                 "caps the search)");
-    if (c->save || c->load || c->trace || c->seq_len_max)
+    if (c->save || c->load || c->trace || c->run.seq_len_max)
         return train_args_error("%s does not apply to maxbatch",
                                 c->save ? "--save" : c->load ? "--load"
                                 : c->trace ? "--trace" : "--seq-len-range");
     if (c->steps < 1)
         return train_args_error("--steps: a probe needs at least 1 step");
-    if (c->budget.kind == BUDGET_PERCENT)
+    if (c->run.budget.kind == DELTA_BUDGET_PERCENT)
         return train_args_error("--budget: maxbatch needs the device's size "
                                 "(e.g. 16GiB); a percentage of the peak "
                                 "changes with the batch being searched");
-    if (train_on(c, "cpu") && c->budget.kind != BUDGET_BYTES)
+    if (train_on(c, "cpu") && c->run.budget.kind != DELTA_BUDGET_BYTES)
         return train_args_error("on --backend cpu the device's memory is "
                                 "--budget SIZE (e.g. --budget 64MiB); or "
                                 "use --backend sim --gpu G");
-    if (train_on(c, "cuda") && c->budget.kind != BUDGET_BYTES)
+    if (train_on(c, "cuda") && c->run.budget.kind != DELTA_BUDGET_BYTES)
         return train_args_error("on --backend cuda the device's memory is "
                                 "--budget SIZE, the share of the GPU to "
                                 "search in (e.g. --budget 8GiB)");
@@ -167,8 +167,8 @@ static int parse(maxbatch *m, int argc, char **argv) {
     m->quiet = c->quiet;
     c->quiet = true;
     /* the probes measure; real data would only slow the cpu down */
-    if (!c->data && train_on(c, "cpu")) c->data = "synthetic";
-    c->eval_batches = 0;
+    if (!c->run.data && train_on(c, "cpu")) c->run.data = "synthetic";
+    c->run.eval_batches = 0;
     return -1;
 }
 
@@ -183,9 +183,9 @@ static const probe *probe_batch(maxbatch *m, search *s, int64_t b,
     memset(p, 0, sizeof *p);
     p->batch = b;
     train_config c = m->cfg;
-    c.model.batch = b;
-    c.policy = s->policy;
-    c.budget = (budget_spec){.kind = BUDGET_BYTES, .bytes = m->device_bytes};
+    c.run.model.batch = b;
+    c.run.policy = s->policy;
+    c.run.budget = (delta_budget){.kind = DELTA_BUDGET_BYTES, .bytes = m->device_bytes};
     cell_run(&c, &p->cell);
     if (p->cell.status == CELL_FAILED) {
         snprintf(s->err, sizeof s->err, "%s at batch %" PRId64 ": %s",
@@ -283,19 +283,21 @@ static int check_setup(maxbatch *m) {
         return 2;
     }
     train_config c = m->cfg;
-    c.model.batch = 1;
-    c.plan_only = true;
+    c.run.model.batch = 1;
+    c.run.plan_only = true;
     trainer t;
     delta_status st = trainer_setup(&t, &c);
     if (st == DELTA_OK) {
-        m->cfg.model.name = t.cfg.model.name;
-        m->cfg.gpu = t.cfg.gpu;
-        m->seq_len = t.image ? 0 : t.model.cfg.seq_len;
-        if (m->cfg.budget.kind == BUDGET_BYTES) {
-            m->device_bytes = m->cfg.budget.bytes;
+        m->cfg.run.model.name = t.cfg.run.model.name;
+        m->cfg.run.gpu = t.cfg.run.gpu;
+        m->seq_len = t.image ? 0 : delta_trainer_main_model(t.tr)->cfg.seq_len;
+        if (m->cfg.run.budget.kind == DELTA_BUDGET_BYTES) {
+            m->device_bytes = m->cfg.run.budget.bytes;
         } else {
-            DELTA_ASSERT(t.gpu); /* cpu and cuda need --budget SIZE */
-            m->device_bytes = (size_t)t.gpu->memory_bytes;
+            /* cpu and cuda need --budget SIZE */
+            const delta_gpu_preset *gpu = delta_trainer_gpu(t.tr);
+            DELTA_ASSERT(gpu);
+            m->device_bytes = (size_t)gpu->memory_bytes;
         }
     } else {
         fprintf(stderr, "delta maxbatch: %s\n", t.err);

@@ -326,8 +326,7 @@ static int parse_args(int argc, char **argv, train_config *c,
     int64_t hidden = 0;
     bool backend_set = false, gpu_set = false;
     memset(c, 0, sizeof *c);
-    c->lr = c->momentum = c->weight_decay = -1;
-    c->eval_batches = -1;
+    c->run = delta_train_config_default();
     c->steps = ext && ext->steps ? ext->steps : 100;
     opterr = 0;
     /* 0, not 1: glibc then forgets the rest of a cluster of short options
@@ -360,24 +359,24 @@ static int parse_args(int argc, char **argv, train_config *c,
         case ':':
             return usage_error("option '%s' needs a value",
                                prev < argc ? argv[prev] : "?");
-        case OPT_MODEL: c->model.name = a; break;
-        case OPT_IMAGE_SIZE: field = &c->model.image_size; break;
-        case OPT_CHANNELS: field = &c->model.channels; break;
-        case OPT_CLASSES: field = &c->model.classes; break;
-        case OPT_WIDTH: field = &c->model.width; break;
-        case OPT_LAYERS: field = &c->model.layers; break;
+        case OPT_MODEL: c->run.model.name = a; break;
+        case OPT_IMAGE_SIZE: field = &c->run.model.image_size; break;
+        case OPT_CHANNELS: field = &c->run.model.channels; break;
+        case OPT_CLASSES: field = &c->run.model.classes; break;
+        case OPT_WIDTH: field = &c->run.model.width; break;
+        case OPT_LAYERS: field = &c->run.model.layers; break;
         case OPT_HIDDEN: field = &hidden; break;
-        case OPT_HEADS: field = &c->model.heads; break;
-        case OPT_SEQ_LEN: field = &c->model.seq_len; break;
-        case OPT_VOCAB: field = &c->model.vocab; break;
-        case OPT_BATCH: field = &c->model.batch; break;
+        case OPT_HEADS: field = &c->run.model.heads; break;
+        case OPT_SEQ_LEN: field = &c->run.model.seq_len; break;
+        case OPT_VOCAB: field = &c->run.model.vocab; break;
+        case OPT_BATCH: field = &c->run.model.batch; break;
         case OPT_DROPOUT:
             if (!parse_f64(opt, a, 0, 0.999999, &x, err, sizeof err))
                 return usage_error("%s", err);
-            c->model.dropout = (float)x;
-            c->dropout_set = true;
+            c->run.model.dropout = (float)x;
+            c->run.dropout_set = true;
             break;
-        case OPT_DATA: c->data = a; break;
+        case OPT_DATA: c->run.data = a; break;
         case OPT_STEPS:
             if (!parse_i64(opt, a, 0, 1000000000, &c->steps, err,
                            sizeof err))
@@ -386,34 +385,34 @@ static int parse_args(int argc, char **argv, train_config *c,
         case OPT_SEED:
             if (!parse_i64(opt, a, 0, INT64_MAX, &v, err, sizeof err))
                 return usage_error("%s", err);
-            c->seed = (uint64_t)v;
+            c->run.seed = (uint64_t)v;
             break;
         case OPT_LR:
-            if (!parse_f64(opt, a, 0, 100, &c->lr, err, sizeof err) ||
-                c->lr <= 0)
+            if (!parse_f64(opt, a, 0, 100, &c->run.lr, err, sizeof err) ||
+                c->run.lr <= 0)
                 return usage_error("%s: expected a learning rate above 0 "
                                    "and at most 100, got '%s'", opt, a);
             break;
         case OPT_OPTIMIZER:
-            if (!strcmp(a, "sgd")) c->optimizer = TRAIN_OPT_SGD;
-            else if (!strcmp(a, "adamw")) c->optimizer = TRAIN_OPT_ADAMW;
+            if (!strcmp(a, "sgd")) c->run.optimizer = DELTA_TRAIN_OPT_SGD;
+            else if (!strcmp(a, "adamw")) c->run.optimizer = DELTA_TRAIN_OPT_ADAMW;
             else return usage_error("unknown optimizer '%s'; the "
                                     "optimizers are sgd and adamw", a);
             break;
         case OPT_MOMENTUM:
-            if (!parse_f64(opt, a, 0, 0.999999, &c->momentum, err,
+            if (!parse_f64(opt, a, 0, 0.999999, &c->run.momentum, err,
                            sizeof err))
                 return usage_error("%s", err);
             break;
         case OPT_WEIGHT_DECAY:
-            if (!parse_f64(opt, a, 0, 10, &c->weight_decay, err, sizeof err))
+            if (!parse_f64(opt, a, 0, 10, &c->run.weight_decay, err, sizeof err))
                 return usage_error("%s", err);
             break;
-        case OPT_NO_SHUFFLE: c->no_shuffle = true; break;
+        case OPT_NO_SHUFFLE: c->run.no_shuffle = true; break;
         case OPT_THREADS:
             if (!parse_i64(opt, a, 1, 4096, &v, err, sizeof err))
                 return usage_error("%s", err);
-            c->threads = (int)v;
+            c->run.threads = (int)v;
             break;
         case OPT_SAVE: c->save = a; break;
         case OPT_LOAD: c->load = a; break;
@@ -431,7 +430,7 @@ static int parse_args(int argc, char **argv, train_config *c,
                 return usage_error("unknown backend '%s'; the backends are "
                                    "%s", a, list);
             }
-            c->backend = a;
+            c->run.backend = a;
             break;
         case OPT_GPU:
             if (!strcmp(a, "help") || !strcmp(a, "list")) {
@@ -443,7 +442,7 @@ static int parse_args(int argc, char **argv, train_config *c,
                 list_gpus(stderr);
                 return 2;
             }
-            c->gpu = a;
+            c->run.gpu = a;
             gpu_set = true;
             break;
         case OPT_GPU_FILE: {
@@ -452,11 +451,11 @@ static int parse_args(int argc, char **argv, train_config *c,
             delta_gpu_preset *g = delta_gpu_file_load(a, err, sizeof err);
             if (!g) return usage_error("--gpu-file: %s", err);
             delta_gpu_file_free(g);
-            c->gpu_file = a;
+            c->run.gpu_file = a;
             break;
         }
         case OPT_BUDGET:
-            if (!parse_budget(opt, a, &c->budget, err, sizeof err))
+            if (!parse_budget(opt, a, &c->run.budget, err, sizeof err))
                 return usage_error("%s", err);
             break;
         case OPT_POLICY:
@@ -465,27 +464,27 @@ static int parse_args(int argc, char **argv, train_config *c,
                 return usage_error("unknown policy '%s'; the policies are: "
                                    "%s", a, policy_list(list, sizeof list));
             }
-            c->policy = a;
+            c->run.policy = a;
             break;
         case OPT_LINK_BW:
-            if (!parse_f64(opt, a, 0, 1e6, &c->link_gbps, err, sizeof err))
+            if (!parse_f64(opt, a, 0, 1e6, &c->run.link_gbps, err, sizeof err))
                 return usage_error("%s", err);
             /* slower links make a step take hours (1e-6: never ends),
              * and rates that round to 0 bytes/s ran unthrottled */
-            if (c->link_gbps > 0 && c->link_gbps < LINK_MIN_GBPS)
+            if (c->run.link_gbps > 0 && c->run.link_gbps < LINK_MIN_GBPS)
                 return usage_error("%s %s: a link must move at least %g "
                                    "GB/s (10 MB/s); 0 means unthrottled",
                                    opt, a, LINK_MIN_GBPS);
-            c->link_set = true;
+            c->run.link_set = true;
             break;
         case OPT_DEVICE_JITTER:
-            if (!parse_i64(opt, a, 0, INT64_MAX, &c->device_jitter, err,
+            if (!parse_i64(opt, a, 0, INT64_MAX, &c->run.device_jitter, err,
                            sizeof err))
                 return usage_error("%s", err);
             break;
         case OPT_TRACE: c->trace = a; break;
         case OPT_EVAL_BATCHES:
-            if (!parse_i64(opt, a, 0, INT64_MAX, &c->eval_batches, err,
+            if (!parse_i64(opt, a, 0, INT64_MAX, &c->run.eval_batches, err,
                            sizeof err))
                 return usage_error("%s", err);
             break;
@@ -499,19 +498,19 @@ static int parse_args(int argc, char **argv, train_config *c,
                                    "16:128), got '%s'", opt, a);
             snprintf(lo, sizeof lo, "%.*s", (int)(colon - a), a);
             snprintf(hi, sizeof hi, "%s", colon + 1);
-            if (!parse_i64(opt, lo, 1, MAX_DIM, &c->seq_len_min, err,
+            if (!parse_i64(opt, lo, 1, MAX_DIM, &c->run.seq_len_min, err,
                            sizeof err) ||
-                !parse_i64(opt, hi, 1, MAX_DIM, &c->seq_len_max, err,
+                !parse_i64(opt, hi, 1, MAX_DIM, &c->run.seq_len_max, err,
                            sizeof err))
                 return usage_error("%s (in A:B, each length at least 1)",
                                    err);
-            if (c->seq_len_min > c->seq_len_max)
+            if (c->run.seq_len_min > c->run.seq_len_max)
                 return usage_error("%s %s: A %" PRId64 " is above B %" PRId64
                                    "; give the shortest length first", opt,
-                                   a, c->seq_len_min, c->seq_len_max);
+                                   a, c->run.seq_len_min, c->run.seq_len_max);
             break;
         }
-        case OPT_DROP_LAST: c->drop_last = true; break;
+        case OPT_DROP_LAST: c->run.drop_last = true; break;
         case OPT_CHECKPOINT_EVERY:
             if (!parse_i64(opt, a, 1, 1000000000, &c->checkpoint_every, err,
                            sizeof err))
@@ -519,9 +518,9 @@ static int parse_args(int argc, char **argv, train_config *c,
             break;
         case OPT_RESUME: c->resume = a; break;
         case OPT_HOST_MEMORY:
-            if (!parse_size(opt, a, &c->host_memory, err, sizeof err))
+            if (!parse_size(opt, a, &c->run.host_memory, err, sizeof err))
                 return usage_error("%s", err);
-            if (!c->host_memory)
+            if (!c->run.host_memory)
                 return usage_error("%s 0: the host store needs at least a "
                                    "byte; leave the option out for no cap",
                                    opt);
@@ -530,16 +529,16 @@ static int parse_args(int argc, char **argv, train_config *c,
             int64_t n = 0;
             if (!parse_i64(opt, a, 1, 1 << 20, &n, err, sizeof err))
                 return usage_error("%s", err);
-            c->run_ahead = (int)n;
+            c->run.run_ahead = (int)n;
             break;
         }
-        case OPT_SYNC_EVERY_OP: c->sync_every_op = true; break;
-        case OPT_CHECK_STREAMS: c->check_streams = true; break;
+        case OPT_SYNC_EVERY_OP: c->run.sync_every_op = true; break;
+        case OPT_CHECK_STREAMS: c->run.check_streams = true; break;
         case OPT_PRECISION:
-            if (!delta_precision_parse(a, &c->model.precision))
+            if (!delta_precision_parse(a, &c->run.model.precision))
                 return usage_error("--precision '%s': use fp32 or bf16", a);
             break;
-        case OPT_NO_FUSION: c->model.no_fusion = 1; break;
+        case OPT_NO_FUSION: c->run.model.no_fusion = 1; break;
         case OPT_SAVE_DTYPE:
             if (strcmp(a, "f32") && strcmp(a, "bf16"))
                 return usage_error("--save-dtype '%s': use f32 or bf16", a);
@@ -548,18 +547,18 @@ static int parse_args(int argc, char **argv, train_config *c,
         case OPT_RANKS:
             if (!parse_i64(opt, a, 1, 1 << 16, &v, err, sizeof err))
                 return usage_error("%s", err);
-            c->ranks = (int)v;
+            c->run.ranks = (int)v;
             break;
         case OPT_ZERO:
             if (!parse_i64(opt, a, 0, 1, &v, err, sizeof err))
                 return usage_error("%s (ZeRO stage 0: none, 1: the "
                                    "optimizer state sharded)", err);
-            c->zero = (int)v;
+            c->run.zero = (int)v;
             break;
         case OPT_BUCKET:
-            if (!parse_size(opt, a, &c->bucket_bytes, err, sizeof err))
+            if (!parse_size(opt, a, &c->run.bucket_bytes, err, sizeof err))
                 return usage_error("%s", err);
-            if (!c->bucket_bytes)
+            if (!c->run.bucket_bytes)
                 return usage_error("%s 0: a bucket holds at least one "
                                    "gradient; leave it out for the default "
                                    "(25 MiB)", opt);
@@ -574,10 +573,10 @@ static int parse_args(int argc, char **argv, train_config *c,
                 return usage_error("unknown interconnect '%s'; the "
                                    "interconnects are %s", a, list);
             }
-            c->interconnect = a;
+            c->run.interconnect = a;
             break;
         case OPT_COMM_TIMEOUT:
-            if (!parse_f64(opt, a, 0.1, 1e7, &c->comm_timeout_s, err,
+            if (!parse_f64(opt, a, 0.1, 1e7, &c->run.comm_timeout_s, err,
                            sizeof err))
                 return usage_error("%s", err);
             break;
@@ -598,34 +597,34 @@ static int parse_args(int argc, char **argv, train_config *c,
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!c->model.name && !(ext && ext->model_optional))
+    if (!c->run.model.name && !(ext && ext->model_optional))
         return usage_error("no model given: use --model NAME (e.g. --model "
                            "resnet18)");
-    if (gpu_set && c->gpu_file)
+    if (gpu_set && c->run.gpu_file)
         return usage_error("--gpu and --gpu-file both name the simulated "
                            "device; give one of them");
-    if ((gpu_set || c->gpu_file) && backend_set && !train_on(c, "sim"))
+    if ((gpu_set || c->run.gpu_file) && backend_set && !train_on(c, "sim"))
         return usage_error("%s picks a simulated GPU; it needs --backend "
                            "sim", gpu_set ? "--gpu" : "--gpu-file");
-    if (gpu_set || c->gpu_file) c->backend = "sim";
-    if (c->seq_len_max && c->model.seq_len)
+    if (gpu_set || c->run.gpu_file) c->run.backend = "sim";
+    if (c->run.seq_len_max && c->run.model.seq_len)
         return usage_error("--seq-len-range and --seq-len both set the "
                            "sequence length; give one of them");
-    if (c->link_set && train_on(c, "sim"))
+    if (c->run.link_set && train_on(c, "sim"))
         return usage_error("--link-bw sets the cpu backend's link; a "
                            "simulated GPU has its preset's link (or its "
                            "device file's)");
-    if (c->link_set && train_on(c, "cuda"))
+    if (c->run.link_set && train_on(c, "cuda"))
         return usage_error("--link-bw sets the cpu backend's link; a real "
                            "GPU has its own");
-    if (c->device_jitter && !train_on(c, "cpu"))
+    if (c->run.device_jitter && !train_on(c, "cpu"))
         return usage_error("--device-jitter delays the cpu backend's "
                            "streams; use it with --backend cpu");
     /* --hidden: mlp's hidden width, or a transformer's. */
     if (hidden) {
-        if (c->model.name && !strcmp(c->model.name, "mlp"))
-            c->model.mlp_hidden = hidden;
-        else c->model.hidden = hidden;
+        if (c->run.model.name && !strcmp(c->run.model.name, "mlp"))
+            c->run.model.mlp_hidden = hidden;
+        else c->run.model.hidden = hidden;
     }
     return -1;
 }
@@ -733,7 +732,7 @@ static int agree_parse(delta_comm *comm, const char *cmd, int rc) {
 }
 
 /* MPI (or one rank) and the parsed options, agreed by every rank; -1 to
- * go on (c->comm set; free it with delta_comm_free), else the exit status
+ * go on (c->run.comm set; free it with delta_comm_free), else the exit status
  * (*comm freed). */
 static int start_ranks(const char *cmd, int argc, char **argv,
                        train_config *c, const train_args_ext *ext,
@@ -751,7 +750,7 @@ static int start_ranks(const char *cmd, int argc, char **argv,
         *comm = NULL;
         return rc;
     }
-    c->comm = *comm;
+    c->run.comm = *comm;
     return -1;
 }
 
@@ -760,7 +759,7 @@ static int start_ranks(const char *cmd, int argc, char **argv,
  * naming it, and every rank is stopped (MPI_Abort) so none waits for it. */
 static void report_failure(trainer *t, const char *cmd, delta_status st,
                            bool agreed) {
-    delta_comm *comm = t->cfg.comm;
+    delta_comm *comm = t->cfg.run.comm;
     int P = delta_comm_size(comm), rank = delta_comm_rank(comm);
     if (P == 1) {
         fprintf(stderr, "delta %s: %s\n", cmd, t->err);
@@ -789,7 +788,7 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "delta plan: warning: ignoring %s: plan builds the "
                 "step from the model, shapes and optimizer alone and runs "
                 "nothing (delta train takes them)\n", ignored);
-    c.plan_only = true;
+    c.run.plan_only = true;
     trainer t;
     delta_status st = trainer_setup(&t, &c);
     st = trainer_agree(&t, st);

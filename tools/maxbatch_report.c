@@ -20,19 +20,19 @@ static void print_header(const maxbatch *m, const search *keep) {
     const train_config *c = &m->cfg;
     char dev[32];
     delta_format_bytes((double)m->device_bytes, dev, sizeof dev);
-    printf("%s", c->model.name);
+    printf("%s", c->run.model.name);
     if (m->seq_len) printf(", T %" PRId64, m->seq_len);
     if (train_on(c, "sim"))
-        printf(" on simulated %s, device %s", c->gpu ? c->gpu : "v100-16g",
+        printf(" on simulated %s, device %s", c->run.gpu ? c->run.gpu : "v100-16g",
                dev);
     else if (train_on(c, "cpu"))
         printf(" on cpu, emulated device %s", dev);
     else
         printf(" on %s, device %s", train_backend(c), dev);
-    if (c->ranks > 1)
+    if (c->run.ranks > 1)
         printf(", %d ranks%s on %s (batch per rank, samples/s of all)",
-               c->ranks, c->zero ? " with ZeRO-1" : "",
-               c->interconnect ? c->interconnect : "nvlink");
+               c->run.ranks, c->run.zero ? " with ZeRO-1" : "",
+               c->run.interconnect ? c->run.interconnect : "nvlink");
     printf("; %" PRId64 " steps per probe (step time: median of steps %"
            PRId64 "-%" PRId64 ")\n", c->steps, c->steps / 3 + 1, c->steps);
     if (keep->max_batch)
@@ -72,10 +72,10 @@ static cJSON *row_json(const maxbatch *m, const search *s,
     if (!o) return NULL;
     const cell_result *b = s->best ? &s->best->cell : NULL;
     cJSON_AddStringToObject(o, "policy", s->policy);
-    cJSON_AddStringToObject(o, "model", c->model.name);
+    cJSON_AddStringToObject(o, "model", c->run.model.name);
     cJSON_AddStringToObject(o, "backend", train_backend(c));
     if (train_on(c, "sim"))
-        cJSON_AddStringToObject(o, "gpu", c->gpu ? c->gpu : "v100-16g");
+        cJSON_AddStringToObject(o, "gpu", c->run.gpu ? c->run.gpu : "v100-16g");
     else
         cJSON_AddNullToObject(o, "gpu");
     cJSON_AddStringToObject(o, "status", cell_status_name(s->status));
@@ -215,9 +215,9 @@ bool maxbatch_write_plot(const maxbatch *m, search *const *res, int n) {
     fprintf(gp, "set output \"%s\"\nset logscale x 2\n"
             "set xlabel \"batch\"\nset ylabel \"samples/s (steady step)\"\n"
             "set title \"%s on %s%s, device %s: every probed batch that "
-            "fit\"\n", m->plot, c->model.name,
+            "fit\"\n", m->plot, c->run.model.name,
             train_on(c, "sim") ? "simulated " : train_backend(c),
-            train_on(c, "sim") ? c->gpu : "", dev);
+            train_on(c, "sim") ? c->run.gpu : "", dev);
     for (int b = 0; b < blocks; b++)
         fprintf(gp, "%s \"%s\" index %d using 1:2 with linespoints lw 2 "
                 "pt 7 title \"%s (max %" PRId64 ")\"", b ? ", \\\n    "

@@ -125,11 +125,11 @@ bool parse_size(const char *opt, const char *s, size_t *out, char *err,
     return true;
 }
 
-bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
+bool parse_budget(const char *opt, const char *s, delta_budget *out, char *err,
                   size_t err_len) {
     memset(out, 0, sizeof *out);
     if (s && !strcasecmp(s, "unlimited")) {
-        out->kind = BUDGET_UNLIMITED;
+        out->kind = DELTA_BUDGET_UNLIMITED;
         return true;
     }
     size_t n = s ? strlen(s) : 0;
@@ -150,7 +150,7 @@ bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
                      "%%, e.g. 50%%", opt, s);
             return false;
         }
-        out->kind = BUDGET_PERCENT;
+        out->kind = DELTA_BUDGET_PERCENT;
         out->percent = v;
         return true;
     }
@@ -165,7 +165,7 @@ bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
                  "a size, a percentage or 'unlimited'", opt);
         return false;
     }
-    out->kind = BUDGET_BYTES;
+    out->kind = DELTA_BUDGET_BYTES;
     return true;
 }
 

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delta/train.h"
+
 /* A whole decimal integer in [lo, hi] (no trailing characters). */
 bool parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi,
                int64_t *out, char *err, size_t err_len);
@@ -24,20 +26,10 @@ bool parse_f64(const char *opt, const char *s, double lo, double hi,
 bool parse_size(const char *opt, const char *s, size_t *out, char *err,
                 size_t err_len);
 
-typedef enum budget_kind {
-    BUDGET_UNLIMITED = 0,
-    BUDGET_PERCENT,  /* percent of the unconstrained peak */
-    BUDGET_BYTES,
-} budget_kind;
 
-typedef struct budget_spec {
-    budget_kind kind;
-    double percent;  /* BUDGET_PERCENT: in (0, 1000] */
-    size_t bytes;    /* BUDGET_BYTES: > 0 */
-} budget_spec;
-
-/* "unlimited", "N%" (N > 0, decimals allowed) or a size > 0. */
-bool parse_budget(const char *opt, const char *s, budget_spec *out, char *err,
+/* "unlimited", "N%" (N > 0, decimals allowed, at most 1000) or a size
+ * > 0, as a delta_budget (delta/train.h). */
+bool parse_budget(const char *opt, const char *s, delta_budget *out, char *err,
                   size_t err_len);
 
 /* A comma-separated list of at most cap non-empty items: copies s into buf

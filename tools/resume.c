@@ -19,45 +19,35 @@
 /* Differences and missing tensors listed before "... and N more". */
 #define MAX_LISTED 20
 
-static delta_status failf(trainer *t, delta_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static delta_status failf(trainer *t, delta_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->err, sizeof t->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 delta_status resume_check_options(trainer *t) {
     const train_config *c = &t->cfg;
     if (c->resume && c->load)
-        return failf(t, DELTA_ERR_INVALID_ARG, "--resume and --load both "
+        return trainer_fail(t, DELTA_ERR_INVALID_ARG, "--resume and --load both "
                      "start from a file; give one (--resume continues a "
                      "training checkpoint, --load starts afresh from a "
                      "model's weights)");
     if (c->save_bf16 && (c->checkpoint_every || c->resume))
-        return failf(t, DELTA_ERR_INVALID_ARG, "--save-dtype bf16 rounds "
+        return trainer_fail(t, DELTA_ERR_INVALID_ARG, "--save-dtype bf16 rounds "
                      "the weights, but a training checkpoint (--%s) must "
                      "keep its fp32 masters exact to be resumed; save the "
                      "BF16 weights from a run without it, or --load the "
                      "checkpoint into one",
                      c->checkpoint_every ? "checkpoint-every" : "resume");
     if (c->checkpoint_every && !c->save)
-        return failf(t, DELTA_ERR_INVALID_ARG, "--checkpoint-every needs "
+        return trainer_fail(t, DELTA_ERR_INVALID_ARG, "--checkpoint-every needs "
                      "--save FILE: the checkpoints are written there");
-    if (c->resume && !c->save && !c->plan_only && t->rank == 0)
+    if (c->resume && !c->save && !c->run.plan_only && t->rank == 0)
         fprintf(stderr, "delta train: warning: --resume without --save: the "
                 "continued run is not saved at its end and its training is "
                 "lost; give --save FILE (the checkpoint's own path continues "
                 "it in place)\n");
     const char *opt = c->resume ? "--resume" : "--checkpoint-every";
-    if ((c->resume || c->checkpoint_every) && c->plan_only)
-        return failf(t, DELTA_ERR_INVALID_ARG, "%s: delta plan trains "
+    if ((c->resume || c->checkpoint_every) && c->run.plan_only)
+        return trainer_fail(t, DELTA_ERR_INVALID_ARG, "%s: delta plan trains "
                      "nothing; give it to delta train", opt);
     if ((c->resume || c->checkpoint_every) &&
         train_on(c, "sim"))
-        return failf(t, DELTA_ERR_INVALID_ARG, "%s: the sim backend "
+        return trainer_fail(t, DELTA_ERR_INVALID_ARG, "%s: the sim backend "
                      "computes no values, so there is no state to save or "
                      "resume", opt);
     return DELTA_OK;
@@ -115,12 +105,13 @@ static int add_f64(field *f, int n, const char *key, const char *option,
  * data is a function of its description, which names no path. */
 static const char *data_identity(trainer *t) {
     if (t->data_id[0]) return t->data_id;
-    if (!t->data || t->synthetic) {
+    const delta_dataset *data = delta_trainer_dataset(t->tr);
+    if (!data || delta_trainer_synthetic(t->tr)) {
         snprintf(t->data_id, sizeof t->data_id, "%s",
-                 t->data ? delta_dataset_name(t->data) : "none");
+                 data ? delta_dataset_name(data) : "none");
         return t->data_id;
     }
-    delta_data_info in = delta_dataset_info(t->data);
+    delta_data_info in = delta_dataset_info(data);
     size_t in_bytes = (size_t)in.input_numel * 4;
     size_t tg_bytes = (size_t)in.target_numel * 4;
     unsigned char *buf = malloc(in_bytes + tg_bytes + 8);
@@ -128,7 +119,7 @@ static const char *data_identity(trainer *t) {
     for (int64_t i = 0; buf && i < in.len; i++) {
         /* seed and epoch 0: only masked LM draws from them (its masks),
          * and the hash is of the data, not of a draw */
-        delta_dataset_get(t->data, i, 0, 0, buf,
+        delta_dataset_get(data, i, 0, 0, buf,
                           (int32_t *)(void *)(buf + in_bytes), NULL);
         size_t n = in_bytes + tg_bytes, k = 0;
         for (; k + 8 <= n; k += 8) {
@@ -147,7 +138,11 @@ static const char *data_identity(trainer *t) {
 /* The run's settings that decide the values it computes. */
 static int run_fields(trainer *t, field *f) {
     const train_config *c = &t->cfg;
-    const delta_model_config *m = &t->shapes[0].model.cfg;
+    const delta_model_config *m = &delta_trainer_main_model(t->tr)->cfg;
+    const delta_dataset *data = delta_trainer_dataset(t->tr);
+    double lr, momentum, weight_decay;
+    const char *optimizer = delta_trainer_optimizer(t->tr, &lr, &momentum,
+                                                    &weight_decay);
     int n = 0;
     n = add_str(f, n, "model", "--model", m->name);
     f[n - 1].model = true;
@@ -165,23 +160,23 @@ static int run_fields(trainer *t, field *f) {
     n = add_f64(f, n, "dropout", "--dropout", (double)m->dropout);
     n = add_str(f, n, "precision", "--precision",
                 m->precision == DELTA_PRECISION_BF16 ? "bf16" : "fp32");
-    n = add_str(f, n, "optimizer", "--optimizer", t->optimizer_name);
-    n = add_f64(f, n, "lr", "--lr", t->lr);
-    n = add_f64(f, n, "momentum", "--momentum", t->momentum);
-    n = add_f64(f, n, "weight_decay", "--weight-decay", t->weight_decay);
-    n = add_i64(f, n, "seed", "--seed", (int64_t)c->seed, false);
+    n = add_str(f, n, "optimizer", "--optimizer", optimizer);
+    n = add_f64(f, n, "lr", "--lr", lr);
+    n = add_f64(f, n, "momentum", "--momentum", momentum);
+    n = add_f64(f, n, "weight_decay", "--weight-decay", weight_decay);
+    n = add_i64(f, n, "seed", "--seed", (int64_t)c->run.seed, false);
     n = add_str(f, n, "shuffle", "--no-shuffle",
-                c->no_shuffle ? "false" : "true");
+                c->run.no_shuffle ? "false" : "true");
     n = add_str(f, n, "drop_last", "--drop-last",
-                c->drop_last ? "true" : "false");
+                c->run.drop_last ? "true" : "false");
     char range[64] = "none";
-    if (c->seq_len_max)
-        snprintf(range, sizeof range, "%" PRId64 ":%" PRId64, c->seq_len_min,
-                 c->seq_len_max);
+    if (c->run.seq_len_max)
+        snprintf(range, sizeof range, "%" PRId64 ":%" PRId64,
+                 c->run.seq_len_min, c->run.seq_len_max);
     n = add_str(f, n, "seq_len_range", "--seq-len-range", range);
     /* the description, for people; data_id is what is compared */
     n = add_str(f, n, "data", "--data",
-                t->data ? delta_dataset_name(t->data) : "none");
+                data ? delta_dataset_name(data) : "none");
     f[n - 1].described = true;
     n = add_str(f, n, "data_id", "--data (its content)", data_identity(t));
     /* the ranks (data parallel): each trains its share of every global
@@ -208,14 +203,14 @@ typedef struct wire_head {
 } wire_head;
 
 static bool gathers_state(const trainer *t) {
-    return t->ranks > 1 && t->cfg.zero && !t->sim;
+    return t->ranks > 1 && t->cfg.run.zero && !t->sim;
 }
 
 static delta_status send_state(trainer *t) {
     int n;
     delta_tensor *const *opt = optimizer_tensors(t, &n);
     int64_t count = n;
-    delta_comm *comm = t->cfg.comm;
+    delta_comm *comm = t->cfg.run.comm;
     delta_comm_send(comm, &count, sizeof count, 0, "a checkpoint's state");
     for (int i = 0; i < n; i++) {
         const delta_tensor *x = opt[i];
@@ -224,12 +219,13 @@ static delta_status send_state(trainer *t) {
         snprintf(h.name, sizeof h.name, "%s", delta_tensor_name(x));
         for (int d = 0; d < h.ndim; d++) h.shape[d] = delta_tensor_dim(x, d);
         void *buf = malloc(h.bytes ? h.bytes : 1);
-        if (!buf) return failf(t, DELTA_ERR_NOMEM, "out of memory");
-        delta_status st = delta_session_read(t->session, x, buf, h.bytes);
+        if (!buf) return trainer_fail(t, DELTA_ERR_NOMEM, "out of memory");
+        delta_session *s = delta_trainer_session(t->tr);
+        delta_status st = delta_session_read(s, x, buf, h.bytes);
         if (st != DELTA_OK) {
             free(buf);
-            return failf(t, st, "reading '%s' for a checkpoint: %s", h.name,
-                         delta_session_error(t->session));
+            return trainer_fail(t, st, "reading '%s' for a checkpoint: %s", h.name,
+                         delta_session_error(s));
         }
         delta_comm_send(comm, &h, sizeof h, 0, "a checkpoint's state");
         delta_comm_send(comm, buf, h.bytes, 0, "a checkpoint's state");
@@ -242,7 +238,7 @@ static delta_status send_state(trainer *t) {
  * free_blobs). */
 static delta_status receive_state(trainer *t, checkpoint_blob **blobs,
                                   int *n) {
-    delta_comm *comm = t->cfg.comm;
+    delta_comm *comm = t->cfg.run.comm;
     *blobs = NULL;
     *n = 0;
     int cap = 0;
@@ -255,13 +251,13 @@ static delta_status receive_state(trainer *t, checkpoint_blob **blobs,
             if (*n == cap) {
                 cap = cap ? 2 * cap : 64;
                 checkpoint_blob *nb = realloc(*blobs, sizeof *nb * (size_t)cap);
-                if (!nb) return failf(t, DELTA_ERR_NOMEM, "out of memory");
+                if (!nb) return trainer_fail(t, DELTA_ERR_NOMEM, "out of memory");
                 *blobs = nb;
             }
             checkpoint_blob *b = &(*blobs)[*n];
             memset(b, 0, sizeof *b);
             void *data = malloc(h.bytes ? h.bytes : 1);
-            if (!data) return failf(t, DELTA_ERR_NOMEM, "out of memory");
+            if (!data) return trainer_fail(t, DELTA_ERR_NOMEM, "out of memory");
             delta_comm_recv(comm, data, h.bytes, q, "a checkpoint's state");
             snprintf(b->name, sizeof b->name, "%s", h.name);
             b->ndim = h.ndim;
@@ -283,17 +279,16 @@ static void free_blobs(checkpoint_blob *blobs, int n) {
 /* The optimizer's tensors of the current program: the persistent ones the
  * model did not make (persist[] is in id order, the model's first). */
 static delta_tensor *const *optimizer_tensors(const trainer *t, int *n) {
-    const train_shape *sh = &t->shapes[t->cur];
+    int n_persist, n_model = delta_trainer_n_model_tensors(t->tr);
+    delta_tensor *const *persist = delta_trainer_persistent(t->tr, &n_persist);
     int k = 0;
-    while (k < sh->n_persist &&
-           delta_tensor_id(sh->persist[k]) < sh->n_model_tensors)
-        k++;
-    *n = sh->n_persist - k;
-    return sh->persist + k;
+    while (k < n_persist && delta_tensor_id(persist[k]) < n_model) k++;
+    *n = n_persist - k;
+    return persist + k;
 }
 
 delta_status resume_save(trainer *t) {
-    int64_t step = t->start_step + t->result.steps_done;
+    int64_t step = t->start_step + trainer_result(t)->steps_done;
     /* data parallel: rank 0 writes the one file, the others send it the
      * state only they hold */
     if (t->rank > 0) {
@@ -313,10 +308,11 @@ delta_status resume_save(trainer *t) {
     field f[MAX_FIELDS];
     int nf = run_fields(t, f);
     delta_loader_pos pos = {0, 0};
-    if (t->loader) pos = delta_loader_get_pos(t->loader);
+    const delta_loader *loader = delta_trainer_loader(t->tr);
+    if (loader) pos = delta_loader_get_pos(loader);
     char session_step[24], epoch[24], index[24];
     snprintf(session_step, sizeof session_step, "%" PRId64,
-             delta_session_step(t->session));
+             delta_session_step(delta_trainer_session(t->tr)));
     snprintf(epoch, sizeof epoch, "%" PRId64, pos.epoch);
     snprintf(index, sizeof index, "%" PRId64, pos.index);
     const char *kv[2 * (MAX_FIELDS + 4)];
@@ -333,9 +329,10 @@ delta_status resume_save(trainer *t) {
                               .n_meta = nm, .blobs = blobs,
                               .n_blobs = n_blobs};
     extra.tensors = optimizer_tensors(t, &extra.n_tensors);
-    delta_status st = checkpoint_save(t->cfg.save, t->session, t->ctx,
-                                      t->n_model_tensors, &t->shapes[0].model,
-                                      step, &extra, t->err, sizeof t->err);
+    delta_status st = checkpoint_save(
+        t->cfg.save, delta_trainer_session(t->tr), delta_trainer_ctx(t->tr),
+        delta_trainer_n_model_tensors(t->tr), delta_trainer_main_model(t->tr),
+        step, &extra, t->err, sizeof t->err);
     free_blobs(blobs, n_blobs);
     if (st == DELTA_OK) t->saved_step = step;
     return st;
@@ -383,6 +380,7 @@ static int compare_settings(trainer *t, const delta_st_file *f) {
 static delta_status load_optimizer(trainer *t, const delta_st_file *f) {
     int n;
     delta_tensor *const *opt = optimizer_tensors(t, &n);
+    delta_session *s = delta_trainer_session(t->tr);
     int bad = 0;
     char name[DELTA_NAME_LEN + 32];
     for (int pass = 0; pass < 2; pass++) {
@@ -400,17 +398,17 @@ static delta_status load_optimizer(trainer *t, const delta_st_file *f) {
                             ft ? "another shape or dtype" : "missing");
                 continue;
             }
-            delta_status st = delta_session_write(t->session, x, ft->data,
-                                                  ft->nbytes);
+            delta_status st = delta_session_write(s, x, ft->data, ft->nbytes);
             if (st != DELTA_OK)
-                return failf(t, st, "writing '%s' from %s: %s", name,
-                             t->cfg.resume, delta_session_error(t->session));
+                return trainer_fail(t, st, "writing '%s' from %s: %s", name,
+                             t->cfg.resume, delta_session_error(s));
         }
         if (bad)
-            return failf(t, DELTA_ERR_FORMAT, "checkpoint %s does not hold "
+            return trainer_fail(t, DELTA_ERR_FORMAT, "checkpoint %s does not hold "
                          "the %s optimizer's state of this model: %d tensor%s "
                          "missing or misshapen (listed above)", t->cfg.resume,
-                         t->optimizer_name, bad, bad == 1 ? "" : "s");
+                         delta_trainer_optimizer(t->tr, NULL, NULL, NULL), bad,
+                         bad == 1 ? "" : "s");
     }
     return DELTA_OK;
 }
@@ -421,14 +419,14 @@ delta_status resume_load(trainer *t) {
     char sub[512] = "";
     delta_st_file *f = delta_st_open(path, &st, sub, sizeof sub);
     if (!f)
-        return failf(t, st != DELTA_OK ? st : DELTA_ERR_IO,
+        return trainer_fail(t, st != DELTA_OK ? st : DELTA_ERR_IO,
                      "--resume: cannot read the checkpoint %s: %s", path, sub);
     int64_t step = 0, session_step = 0;
     delta_loader_pos pos = {0, 0};
     const char *kind = delta_st_metadata(f, "checkpoint");
     int differ = 0;
     if (!kind || strcmp(kind, "training") != 0) {
-        st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s is a model file, "
+        st = trainer_fail(t, DELTA_ERR_INVALID_ARG, "--resume: %s is a model file, "
                    "not a training checkpoint (it holds no optimizer state "
                    "or data position); --load starts from its weights with "
                    "a fresh optimizer, and --checkpoint-every N --save FILE "
@@ -439,7 +437,7 @@ delta_status resume_load(trainer *t) {
         !meta_i64(f, "session_step", &session_step) ||
         !meta_i64(f, "data_epoch", &pos.epoch) ||
         !meta_i64(f, "data_index", &pos.index)) {
-        st = failf(t, DELTA_ERR_FORMAT, "--resume: %s lacks a whole number "
+        st = trainer_fail(t, DELTA_ERR_FORMAT, "--resume: %s lacks a whole number "
                    "in step, session_step, data_epoch or data_index of its "
                    "metadata", path);
         goto done;
@@ -452,7 +450,7 @@ delta_status resume_load(trainer *t) {
         if (file_ranks == 1) snprintf(how, sizeof how, "without mpirun");
         else snprintf(how, sizeof how, "mpirun -np %" PRId64 " delta train",
                       file_ranks);
-        st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained by %"
+        st = trainer_fail(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained by %"
                    PRId64 " rank%s and this run has %d; resume it on %" PRId64
                    " (%s ...): --batch is per rank, so another count would "
                    "train other global batches (delta does not reshard a "
@@ -464,7 +462,7 @@ delta_status resume_load(trainer *t) {
     if (differ) {
         if (differ > MAX_LISTED && t->rank == 0)
             fprintf(stderr, "  ... and %d more\n", differ - MAX_LISTED);
-        st = failf(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained with "
+        st = trainer_fail(t, DELTA_ERR_INVALID_ARG, "--resume: %s was trained with "
                    "other settings (%d differ%s, listed above); resume with "
                    "the checkpoint's, or --load it to start from its weights "
                    "with a fresh optimizer", path, differ,
@@ -472,25 +470,29 @@ delta_status resume_load(trainer *t) {
         goto done;
     }
     if (t->cfg.steps < step) {
-        st = failf(t, DELTA_ERR_INVALID_ARG, "--steps %" PRId64 ": checkpoint "
+        st = trainer_fail(t, DELTA_ERR_INVALID_ARG, "--steps %" PRId64 ": checkpoint "
                    "%s has trained %" PRId64 " steps already; --steps counts "
                    "from the start of training, so give %" PRId64 " or more",
                    t->cfg.steps, path, step, step);
         goto done;
     }
-    if (t->loader && delta_loader_set_pos(t->loader, pos) != DELTA_OK) {
-        st = failf(t, DELTA_ERR_FORMAT, "--resume: %s: data position epoch "
+    delta_loader *loader = delta_trainer_loader(t->tr);
+    if (loader && delta_loader_set_pos(loader, pos) != DELTA_OK) {
+        st = trainer_fail(t, DELTA_ERR_FORMAT, "--resume: %s: data position epoch "
                    "%" PRId64 " sample %" PRId64 " is outside the data (%"
                    PRId64 " samples)", path, pos.epoch, pos.index,
-                   delta_dataset_len(t->data));
+                   delta_dataset_len(delta_trainer_dataset(t->tr)));
         goto done;
     }
-    st = checkpoint_load_file(f, path, true, t->session, t->ctx,
-                              t->n_model_tensors,
-                              &t->model, NULL, stderr, t->err, sizeof t->err);
+    delta_session *s = delta_trainer_session(t->tr);
+    st = checkpoint_load_file(f, path, true, s, delta_trainer_ctx(t->tr),
+                              delta_trainer_n_model_tensors(t->tr),
+                              delta_trainer_model(t->tr), NULL, stderr,
+                              t->err, sizeof t->err);
     if (st == DELTA_OK) st = load_optimizer(t, f);
     if (st != DELTA_OK) goto done;
-    delta_session_set_step(t->session, session_step);
+    delta_session_set_step(s, session_step);
+    delta_trainer_set_steps_before(t->tr, step);
     t->start_step = step;
     t->resumed = true;
 done:

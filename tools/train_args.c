@@ -23,10 +23,10 @@ int train_args_parse_policies(const char *opt, const char *arg, char *buf,
 
 int train_args_pick_policies(const train_config *c, const char **list,
                              int cap, int *n) {
-    if (c->policy && *n)
+    if (c->run.policy && *n)
         return train_args_error("--policy and --policies both choose "
                                 "policies; give one of them");
-    if (c->policy) list[(*n)++] = c->policy;
+    if (c->run.policy) list[(*n)++] = c->run.policy;
     if (!*n)
         for (const char *const *p = delta_session_policies(); *p; p++)
             if (*n < cap) list[(*n)++] = *p;

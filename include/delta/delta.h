@@ -14,6 +14,7 @@
 #include "delta/pool.h"
 #include "delta/dryplan.h"
 #include "delta/session.h"
+#include "delta/train.h"
 #include "delta/comm.h"
 #include "delta/calibrate.h"
 

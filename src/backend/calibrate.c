@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "backend/sim/device_file.h"
 #include "core/files.h"
+#include "core/median.h"
 #include "delta/cpu.h"
 #include "delta/session.h"
 
@@ -109,17 +110,6 @@ static void logf_(const delta_calibration *c, const char *fmt, ...) {
     va_start(ap, fmt);
     if (c->log) vfprintf(c->log, fmt, ap);
     va_end(ap);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- a program placed in the arena ---------------------------------------- */
@@ -505,7 +495,7 @@ static double copy_time(delta_backend *b, delta_stream s, void *dev,
         double x = span_of(b, e[r]);
         if (x >= 0) t[k++] = x;
     }
-    return median(t, k);
+    return delta_median(t, k);
 }
 
 /* The link per direction: latency + bytes / rate through a small copy and
@@ -579,7 +569,7 @@ static void queued_launches(const bench *bn, const delta_op *blocker,
         if (prev >= 0) gap[k++] = z - prev;
         prev = z;
     }
-    *period_s = median(gap, k);
+    *period_s = delta_median(gap, k);
     free(e);
     free(gap);
 }
@@ -638,8 +628,8 @@ static bool measure_host(delta_calibration *c, delta_backend *b, char *err,
         double woke = delta_backend_clock(b);
         wake[r] = delta_backend_span(b, e, &t0, &t1) ? fmax(0.0, woke - t1) : 0;
     }
-    c->g.launch_latency_s = median(lat, reps);
-    c->g.sync_wake_s = median(wake, reps);
+    c->g.launch_latency_s = delta_median(lat, reps);
+    c->g.sync_wake_s = delta_median(wake, reps);
     logf_(c, "  host: launch %.2f us, a GEMM's launch %.2f us (library +%.2f "
           "us), launch latency %.2f us, wake-up %.2f us; device: %.2f us per "
           "empty kernel\n", c->g.launch_host_s * 1e6, host_gemm * 1e6,
@@ -686,7 +676,7 @@ static bool measure_runtime(delta_calibration *c, delta_backend *b,
         delta_session_free(s);
         delta_ctx_free(ctx);
         if (st != DELTA_OK) return false;
-        busy[k] = median(h + 1, runs - 1); /* the first run places */
+        busy[k] = delta_median(h + 1, runs - 1); /* the first run places */
     }
     c->runtime_host_s = fmax(0.0, (busy[1] - busy[0]) / (lengths[1] - lengths[0]));
     if (c->runtime_host_s > c->g.launch_host_s)

@@ -25,6 +25,7 @@
  * still goes through NCCL: the rank sends its gradients to itself (what
  * test_cuda checks against the plain run). */
 #include "backend/cuda/cuda_kernels.h"
+#include "delta/backend.h" /* DELTA_API: delta_cuda_nccl_available is exported */
 #include "comm/comm_impl.h"
 
 #include <stdio.h>

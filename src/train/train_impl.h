@@ -1,0 +1,110 @@
+/* The trainer's record and the interfaces between its files (train.h is
+ * the public face):
+ *   setup.c    defaults, ranks, the simulated GPU, the backend, the budget;
+ *              delta_trainer_plan/start/new/free and the accessors
+ *   data.c     the data a run trains on, and the model fitted to it
+ *   shapes.c   step programs per shape and switching sessions between them
+ *   loop.c     the step loop (delta_trainer_train)
+ *   evaluate.c the test split in eval mode (delta_trainer_evaluate)
+ *
+ * Shapes: image batches are (N, C, H, W) F32 with labels (N) I32; token
+ * batches are (B, T) I32 with targets (B, T) and, for BERT, an attention
+ * mask (B, T) F32. The loader's buffers hold exactly one batch and are
+ * copied into the session's input tensors each step. */
+#ifndef DELTA_TRAIN_IMPL_H
+#define DELTA_TRAIN_IMPL_H
+
+#include "delta/train.h"
+
+/* The step program of one shape, built once per run. */
+typedef struct train_shape {
+    int64_t batch, seq_len;     /* seq_len: 0 for image models */
+    delta_ctx *ctx;
+    delta_model model;
+    int n_model_tensors;        /* ids below this are the model's own */
+    delta_tensor **persist;     /* PARAM and STATE tensors in id order (the
+                                   same names and sizes at every shape) */
+    int n_persist;
+    bool trained;               /* a step ran at this shape */
+} train_shape;
+
+struct delta_trainer {
+    delta_train_config cfg;     /* with defaults filled in */
+    bool sim;                   /* no data: figures are simulated */
+    bool image;                 /* classifier (else a language model) */
+    bool synthetic;             /* data is synthetic (or none on sim) */
+    bool started;               /* delta_trainer_start ran */
+    const char *fmnist_dir;     /* Fashion-MNIST files in use, or NULL */
+    delta_dataset *data;        /* NULL on sim */
+    delta_loader *loader;
+    delta_batch batch;
+    /* Programs by shape; shapes[0] is the main one (the configured batch,
+     * the longest sequence), whose dry plan is `plan`. */
+    train_shape *shapes;
+    int n_shapes, cap_shapes;
+    int cur;                    /* shape of the session */
+    void **persist_buf;         /* host copies while switching sessions */
+    delta_plan_cache *plans;    /* policies' plans, across sessions */
+    delta_dry_plan plan;        /* of the main shape */
+    size_t budget_bytes;        /* 0 = unlimited */
+    delta_backend *backend;
+    const delta_gpu_preset *gpu;  /* sim: the device simulated */
+    delta_gpu_preset *gpu_loaded; /* cfg.gpu_file's description (owned) */
+    delta_session *session;
+    const char *optimizer_name; /* "sgd" or "adamw" */
+    double lr, momentum, weight_decay;  /* resolved (momentum: adamw's beta1) */
+    delta_train_result result;
+    int64_t steps_before;       /* delta_trainer_set_steps_before */
+    /* every step's time and units (samples or tokens), for the medians */
+    double *times, *units;
+    int64_t cap_steps;
+    /* Data parallel: this process's rank of `ranks` (0 of 1 without). */
+    int rank, ranks;
+    char err[1024];
+};
+
+/* Defaults (docs: train.h and delta train --help). */
+#define TRAIN_BATCH_IMAGES 64
+#define TRAIN_BATCH_TOKENS 8
+
+/* Writes the message into tr->err and returns st. */
+delta_status train_fail(delta_trainer *tr, delta_status st, const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+
+/* An informational line on cfg.info (none when NULL). */
+void train_info(const delta_trainer *tr, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Seconds on a monotonic clock. */
+double train_now(void);
+
+/* Whether the run ends with a test-set evaluation. */
+bool train_will_evaluate(const delta_trainer *tr);
+
+/* data.c: opens the data for the model family (image or token) and fits
+ * cfg.model's image size, channels, classes, vocab and length to it. */
+delta_status train_setup_data(delta_trainer *tr, bool masked);
+
+/* shapes.c */
+/* The shape (batch, seq_len)'s index in tr->shapes, building its program
+ * the first time; -1 on failure with *st and tr->err saying why. */
+int train_shape_index(delta_trainer *tr, int64_t batch, int64_t seq_len,
+                      delta_status *st);
+/* Creates the session of shape i (none may be alive: the backend holds
+ * one arena) and makes shape i the current program. */
+delta_status train_open_session(delta_trainer *tr, int i);
+/* Writes the current model's constants (positions) into the session. */
+delta_status train_write_constants(delta_trainer *tr);
+/* Makes shape (batch, seq_len) the session's, switching sessions when it
+ * is not: parameters and state go through host buffers, the step counter
+ * goes on, the constants are written for the new shape. */
+delta_status train_use_shape(delta_trainer *tr, int64_t batch,
+                             int64_t seq_len);
+/* Adds the seconds one shape took to get ready to the planning time. */
+void train_note_plan(delta_trainer *tr, double s);
+void train_shapes_free(delta_trainer *tr);
+
+/* loop.c: copies the loader's batch into the session's inputs. */
+delta_status train_write_batch(delta_trainer *tr);
+
+#endif
