@@ -249,6 +249,10 @@ static delta_status plan(delta_trainer *tr) {
                                                              : "delta";
     if (c->threads > 0) delta_cpu_set_threads(c->threads);
 
+    if (!c->model.name)
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "no model: set "
+                          "model.name to a built-in model (mlp, resnet18, "
+                          "gpt2-tiny, bert-tiny, ...: delta_model_names)");
     /* The family decides the data: image_size is set for classifiers. */
     delta_model_config probe = {.name = c->model.name, .batch = 1}, pr;
     char sub[512];
