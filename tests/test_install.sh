@@ -8,6 +8,8 @@
 #    budget with the delta policy: the loss falls and the peak device
 #    bytes stay within the budget, which is below the unconstrained peak;
 #    the shared one loads the installed libdelta.so, the static one none;
+#    train_builtin trains a built-in model through delta/train.h within
+#    its budget;
 #  - every C example of docs/API.md compiles against the installed
 #    headers, links and runs; its shared and static link commands, run as
 #    they stand under that prefix, give programs that run (the shared one
@@ -121,6 +123,27 @@ else
     check "example built" false
     finish example_shared_trains_in_budget
 fi
+
+# the built-in model example (delta/train.h): a short run of its shared
+# form, its summary line
+#   steps N loss L peak P budget B unconstrained U
+if [ -x "$tmp/ex/train_builtin-shared" ]; then
+    out=$("$tmp/ex/train_builtin-shared" resnet18 12 50 2>&1)
+    check "train_builtin-shared exits 0" test $? = 0
+    echo "$out" >>"$tmp/log"
+    line=$(echo "$out" | grep '^steps' | tail -1)
+    echo "  train_builtin: $line"
+    read -r _ steps _ loss _ peak _ budget _ unconstrained <<<"$line"
+    check "12 steps, a finite loss ($steps, $loss)" \
+        awk -v s="$steps" -v l="$loss" 'BEGIN { exit !(s == 12 && l + 0 == l && l > 0) }'
+    check "peak $peak within budget $budget" test "$peak" -le "$budget"
+    check "budget $budget below the peak $unconstrained" \
+        test "$budget" -lt "$unconstrained"
+    check "train_builtin-static built" test -x "$tmp/ex/train_builtin-static"
+else
+    check "train_builtin built" false
+fi
+finish example_train_builtin
 
 # ---- docs/API.md: every ```c block is a whole program -------------------
 mkdir -p "$tmp/api"
