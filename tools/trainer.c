@@ -272,8 +272,9 @@ delta_status trainer_train(trainer *t) {
     x.first = t->resumed ? t->start_step : 0;
     int64_t steps = c->steps - x.first;
     /* samples or tokens of a step over all ranks */
-    double units = (double)t->ranks * (t->image ? (double)m->batch
-                                                : (double)(m->batch * m->seq_len));
+    double units = (double)t->ranks *
+                   (t->image ? (double)m->batch
+                             : (double)(m->batch * m->seq_len));
     progress_init(&x.p, progress_pick_mode(stderr, c->quiet), stderr,
                   c->steps, t->image ? "samples" : "tokens", units, t->sim,
                   delta_trainer_budget_bytes(t->tr));

@@ -7,8 +7,8 @@
  *     cfg.budget = (delta_budget){DELTA_BUDGET_PERCENT, .percent = 50};
  *     delta_trainer *tr;
  *     if (delta_trainer_new(&cfg, &tr, err, sizeof err)) ...;
- *     delta_trainer_train(tr, 100, on_step, NULL);   // a callback per step
- *     delta_trainer_evaluate(tr);                      // Fashion-MNIST's test split
+ *     delta_trainer_train(tr, 100, on_step, NULL);  // a callback a step
+ *     delta_trainer_evaluate(tr);       // Fashion-MNIST's test split
  *     delta_trainer_free(tr);
  *
  * What it does: picks the data (Fashion-MNIST, a text file or synthetic
@@ -239,10 +239,10 @@ DELTA_API void delta_trainer_set_steps_before(delta_trainer *tr,
 
 /* Trains `steps` steps (after any trained before), calling fn (NULL:
  * none) after each. Under data parallel every rank calls it with the same
- * steps (the loss and the peak are agreed among them). A step that fails (the policy cannot fit an op:
- * DELTA_ERR_BUDGET; a non-finite loss: DELTA_ERR_STATE) ends it with its
- * status and a message; the figures of the steps before stay in the
- * result. */
+ * steps (the loss and the peak are agreed among them). A step that fails
+ * (the policy cannot fit an op: DELTA_ERR_BUDGET; a non-finite loss:
+ * DELTA_ERR_STATE) ends it with its status and a message; the figures of
+ * the steps before stay in the result. */
 DELTA_API delta_status delta_trainer_train(delta_trainer *tr, int64_t steps,
                                            delta_train_step_fn fn,
                                            void *user_data);
@@ -262,10 +262,12 @@ DELTA_API const char *delta_trainer_error(const delta_trainer *tr);
 
 /* The settings with their defaults filled in (model.name the canonical
  * name, model.batch, the policy, the gpu, the optimizer). */
-DELTA_API const delta_train_config *delta_trainer_config(const delta_trainer *tr);
+DELTA_API const delta_train_config *delta_trainer_config(
+    const delta_trainer *tr);
 
 /* The result so far. */
-DELTA_API const delta_train_result *delta_trainer_result(const delta_trainer *tr);
+DELTA_API const delta_train_result *delta_trainer_result(
+    const delta_trainer *tr);
 
 /* The main shape's dry plan (the budget is set against it). */
 DELTA_API const delta_dry_plan *delta_trainer_dry_plan(const delta_trainer *tr);

@@ -17,13 +17,15 @@
 #define SYNTH_LEN ((int64_t)1 << 20)
 
 /* Synthetic samples at the (resolved) model's shapes; none on sim. */
-static delta_status open_synthetic(delta_trainer *tr, const delta_model_config *r,
+static delta_status open_synthetic(delta_trainer *tr,
+                                   const delta_model_config *r,
                                    delta_data_kind kind) {
     tr->synthetic = true;
     if (tr->sim) return DELTA_OK;
     delta_synth_opts o = {
         .kind = kind,
-        .len = SYNTH_LEN > tr->cfg.model.batch ? SYNTH_LEN : tr->cfg.model.batch,
+        .len = SYNTH_LEN > tr->cfg.model.batch ? SYNTH_LEN
+                                               : tr->cfg.model.batch,
         .seed = tr->cfg.seed,
         .channels = r->channels,
         .height = r->image_size,
@@ -43,9 +45,10 @@ static delta_status open_synthetic(delta_trainer *tr, const delta_model_config *
 static delta_status fit_field(delta_trainer *tr, const char *opt, int64_t *v,
                               int64_t data, const char *what) {
     if (*v && *v != data)
-        return train_fail(tr, DELTA_ERR_INVALID_ARG, "%s %" PRId64 " does not match "
-                    "the data, whose %s is %" PRId64 "; leave %s out or give "
-                    "%" PRId64, opt, *v, what, data, opt, data);
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "%s %" PRId64 " does "
+                          "not match the data, whose %s is %" PRId64 "; "
+                          "leave %s out or give %" PRId64, opt, *v, what,
+                          data, opt, data);
     *v = data;
     return DELTA_OK;
 }
@@ -63,13 +66,14 @@ static delta_status setup_image_data(delta_trainer *tr) {
     if (d && strcmp(d, "fashion-mnist") && strcmp(d, "synthetic")) {
         struct stat sb;
         if (stat(d, &sb) != 0)
-            return train_fail(tr, DELTA_ERR_IO, "--data %s: %s", d, strerror(errno));
+            return train_fail(tr, DELTA_ERR_IO, "--data %s: %s", d,
+                              strerror(errno));
         if (!S_ISDIR(sb.st_mode))
-            return train_fail(tr, DELTA_ERR_INVALID_ARG, "model %s takes images: "
-                        "--data expects fashion-mnist, synthetic or a "
-                        "directory of Fashion-MNIST idx files, and %s is a "
-                        "file (text files train the transformers, e.g. "
-                        "gpt2-tiny)", mc->name, d);
+            return train_fail(tr, DELTA_ERR_INVALID_ARG, "model %s takes "
+                              "images: --data expects fashion-mnist, "
+                              "synthetic or a directory of Fashion-MNIST idx "
+                              "files, and %s is a file (text files train the "
+                              "transformers, e.g. gpt2-tiny)", mc->name, d);
         dir = d;
     }
     /* On sim with no --data the model keeps its own shapes. */
@@ -101,9 +105,10 @@ static delta_status setup_image_data(delta_trainer *tr) {
                                "channel count");
             if (s2 != DELTA_OK) return s2;
             if (mc->classes && mc->classes < in.classes)
-                return train_fail(tr, DELTA_ERR_INVALID_ARG, "--classes %" PRId64
-                            " is fewer than the %" PRId64 " classes of the "
-                            "data", mc->classes, in.classes);
+                return train_fail(tr, DELTA_ERR_INVALID_ARG, "--classes %"
+                                  PRId64 " is fewer than the %" PRId64
+                                  " classes of the data", mc->classes,
+                                  in.classes);
             if (!mc->classes) mc->classes = in.classes;
             if (tr->sim) {
                 /* Only the shapes are wanted: sim computes nothing. */
@@ -127,9 +132,10 @@ static delta_status setup_token_data(delta_trainer *tr, bool masked) {
     delta_data_kind kind = masked ? DELTA_DATA_MASKED_LM
                                   : DELTA_DATA_CAUSAL_LM;
     if (d && !strcmp(d, "fashion-mnist"))
-        return train_fail(tr, DELTA_ERR_INVALID_ARG, "model %s is a language model "
-                    "and fashion-mnist holds images; use --data synthetic or "
-                    "--data FILE (any file, read as bytes)", mc->name);
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "model %s is a language "
+                          "model and fashion-mnist holds images; use --data "
+                          "synthetic or --data FILE (any file, read as "
+                          "bytes)", mc->name);
     delta_model_config r;
     char sub[512];
     delta_status st = delta_model_resolve(mc, &r, sub, sizeof sub);
@@ -138,11 +144,12 @@ static delta_status setup_token_data(delta_trainer *tr, bool masked) {
         /* Every shape shares one position table, which must cover the
          * longest length: the model's own (no --seq-len to raise it). */
         if (c->seq_len_max > r.positions)
-            return train_fail(tr, DELTA_ERR_INVALID_ARG, "--seq-len-range %" PRId64
-                        ":%" PRId64 ": %" PRId64 " is above the %" PRId64
-                        " positions of %s's position table; use lengths "
-                        "up to %" PRId64, c->seq_len_min, c->seq_len_max,
-                        c->seq_len_max, r.positions, mc->name, r.positions);
+            return train_fail(tr, DELTA_ERR_INVALID_ARG, "--seq-len-range %"
+                              PRId64 ":%" PRId64 ": %" PRId64 " is above the "
+                              "%" PRId64 " positions of %s's position table; "
+                              "use lengths up to %" PRId64, c->seq_len_min,
+                              c->seq_len_max, c->seq_len_max, r.positions,
+                              mc->name, r.positions);
         mc->seq_len = r.seq_len = c->seq_len_max;
         mc->positions = r.positions;
     }

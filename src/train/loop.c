@@ -132,7 +132,8 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
         /* the host store's cap is only worth raising when one was set;
          * otherwise the host itself is out of memory */
         return train_fail(
-            tr, st, "step %" PRId64 ": %s%s", tr->steps_before + r->steps_done + 1,
+            tr, st, "step %" PRId64 ": %s%s",
+            tr->steps_before + r->steps_done + 1,
             delta_session_error(tr->session),
             st != DELTA_ERR_NOMEM ? ""
             : c->host_memory ? "; give the host store more (--host-memory) "
@@ -158,8 +159,8 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
         }
     }
     *out = (delta_train_step){
-        .step = tr->steps_before + r->steps_done + 1, .loss = loss, .stats = s, .batch = n,
-        .seq_len = T,
+        .step = tr->steps_before + r->steps_done + 1, .loss = loss,
+        .stats = s, .batch = n, .seq_len = T,
         .units = (double)tr->ranks * (tr->image ? (double)n
                                                 : (double)(n * T))};
     return DELTA_OK;
