@@ -3,8 +3,9 @@
  * calls:
  *
  *     delta_train_config cfg = delta_train_config_default();
- *     cfg.model.name = "mlp";
- *     cfg.budget = (delta_budget){DELTA_BUDGET_PERCENT, .percent = 50};
+ *     cfg.model.name = "resnet18";
+ *     cfg.budget = (delta_budget){.kind = DELTA_BUDGET_PERCENT,
+ *                                 .percent = 50};
  *     delta_trainer *tr;
  *     if (delta_trainer_new(&cfg, &tr, err, sizeof err)) ...;
  *     delta_trainer_train(tr, 100, on_step, NULL);  // a callback a step
@@ -76,10 +77,10 @@ typedef struct delta_budget {
  * and set lr, momentum, weight_decay and eval_batches to -1), then set
  * what you want; fields left at their zero take the default said. */
 typedef struct delta_train_config {
-    /* name (required), batch and overrides; 0 = the model's or the data's
-     * value (batch: 64 images, 8 token sequences). dropout is only read
-     * when dropout_set (else 0 for image models, the model's default for
-     * transformers). */
+    /* name (required), batch, precision and overrides; 0 = the model's
+     * or the data's value (batch: 64 images, 8 token sequences). dropout
+     * is only read when dropout_set (else 0 for image models, the model's
+     * default for transformers). */
     delta_model_config model;
     bool dropout_set;
     /* NULL: Fashion-MNIST for image models when the dataset is installed
