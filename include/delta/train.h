@@ -209,10 +209,12 @@ typedef struct delta_train_result {
 
 /* delta_trainer_plan then delta_trainer_start: a trainer ready to train.
  * On failure *out is NULL, err holds the message and the status says
- * what went wrong: DELTA_ERR_INVALID_ARG (an unknown model, policy,
- * backend or GPU, settings that do not go together), DELTA_ERR_BUDGET (a
- * budget below what the program needs), DELTA_ERR_IO / _FORMAT (data),
- * DELTA_ERR_UNSUPPORTED (a backend this build lacks). */
+ * what went wrong: DELTA_ERR_INVALID_ARG (no model or an unknown one, an
+ * unknown backend or GPU, settings that do not go together),
+ * DELTA_ERR_BUDGET (a budget below what the program needs),
+ * DELTA_ERR_IO / _FORMAT (data), DELTA_ERR_UNSUPPORTED (a policy the
+ * session does not know, a backend this build lacks), DELTA_ERR_STATE
+ * (no such device on this machine). */
 DELTA_API delta_status delta_trainer_new(const delta_train_config *cfg,
                                          delta_trainer **out, char *err,
                                          size_t err_len);
