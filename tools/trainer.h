@@ -53,8 +53,9 @@ static inline bool train_on(const train_config *c, const char *name) {
 }
 
 typedef struct trainer {
-    train_config cfg;           /* as given (the library's settings with
-                                   their defaults: delta_trainer_config) */
+    train_config cfg;           /* as given; once tr is made, run is its
+                                   settings with the defaults filled in
+                                   (delta_trainer_config) */
     delta_trainer *tr;          /* the library's trainer; NULL until set up
                                    or when setup failed */
     bool sim;                   /* on the sim backend: no data, no files */
