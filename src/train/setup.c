@@ -1,7 +1,7 @@
-/* The trainer's setup (train.h): defaults, ranks, the simulated GPU, the
- * backend, the main shape's program and dry plan (delta_trainer_plan),
- * then the budget, the session and the loader (delta_trainer_start); and
- * the accessors. */
+/* The trainer's setup (train.h): defaults, ranks, the data, the device
+ * (device.c), the main shape's program and dry plan (delta_trainer_plan),
+ * then the budget, the session and the loader (delta_trainer_start), and
+ * freeing it all. */
 #include "train_impl.h"
 
 #include <inttypes.h>
@@ -53,14 +53,6 @@ delta_train_config delta_train_config_default(void) {
                                 .weight_decay = -1, .eval_batches = -1};
 }
 
-static const char *backend_name(const delta_train_config *c) {
-    return c->backend ? c->backend : "cpu";
-}
-
-static bool on_backend(const delta_train_config *c, const char *name) {
-    return strcmp(backend_name(c), name) == 0;
-}
-
 /* This process's rank and the ranks of the run: the comm's (mpirun), or on
  * the sim and in a plan those cfg.ranks stands for. */
 static delta_status setup_ranks(delta_trainer *tr) {
@@ -82,10 +74,10 @@ static delta_status setup_ranks(delta_trainer *tr) {
                           "the %s backend has the ranks mpirun starts "
                           "(mpirun -np %d delta train ...); --ranks is for "
                           "--backend sim and delta plan", c->ranks,
-                          backend_name(c), c->ranks);
+                          train_backend_name(c), c->ranks);
     if (c->ranks) tr->ranks = c->ranks;
     char why[512];
-    if (on_backend(c, "cuda") && tr->ranks > 1 && !c->plan_only &&
+    if (train_on_backend(c, "cuda") && tr->ranks > 1 && !c->plan_only &&
         !delta_cuda_nccl_available(why, sizeof why))
         return train_fail(tr, DELTA_ERR_UNSUPPORTED, "%d ranks on --backend "
                           "cuda reduce through NCCL: %s", tr->ranks, why);
@@ -93,117 +85,6 @@ static delta_status setup_ranks(delta_trainer *tr) {
         return train_fail(tr, DELTA_ERR_INVALID_ARG, "--interconnect prices "
                           "the collectives on a simulated GPU (--backend "
                           "sim); real ranks use the link they have");
-    return DELTA_OK;
-}
-
-/* The simulated device (sim only): the description given in memory, the
- * device file's or the preset's. */
-static delta_status setup_gpu(delta_trainer *tr) {
-    const delta_train_config *c = &tr->cfg;
-    char sub[512];
-    if (!tr->sim) return DELTA_OK;
-    if (c->gpu_device) {
-        tr->gpu = c->gpu_device;
-    } else if (c->gpu_file) {
-        tr->gpu_loaded = delta_gpu_file_load(c->gpu_file, sub, sizeof sub);
-        if (!tr->gpu_loaded)
-            return train_fail(tr, DELTA_ERR_INVALID_ARG, "--gpu-file: %s",
-                              sub);
-        tr->gpu = tr->gpu_loaded;
-    } else {
-        tr->gpu = delta_gpu_preset_find(c->gpu);
-        if (!tr->gpu)
-            return train_fail(tr, DELTA_ERR_INVALID_ARG, "unknown GPU '%s'; "
-                              "see --gpu help", c->gpu);
-    }
-    return DELTA_OK;
-}
-
-/* The backend, made before the programs are built so that they are
- * fitted to its kernels (build_shape). Its budget comes later, from the
- * plan (set_budget). */
-static delta_status make_backend(delta_trainer *tr) {
-    delta_train_config *c = &tr->cfg;
-    char sub[512];
-    const delta_gpu_preset *gpu = tr->gpu;
-    /* Every backend's options; the registry reads the one it makes.
-     * The cpu link: unthrottled when nothing can be swapped (no budget);
-     * with a budget the backend's default (see delta/backend.h). */
-    delta_sim_backend_opts sim = {
-        .gpu = gpu ? gpu->name : NULL, .device = gpu,
-        .interconnect = delta_interconnect_find(
-            c->interconnect ? c->interconnect : "nvlink")};
-    delta_cuda_backend_opts cuda = {.device = 0};
-    bool budget = c->budget.kind != DELTA_BUDGET_UNLIMITED;
-    delta_cpu_backend_opts cpu = {
-        .link_gbps = c->link_set ? c->link_gbps : budget ? -1.0 : 0.0,
-        .bf16_link = c->model.precision == DELTA_PRECISION_BF16,
-        .link_latency_s = -1, .jitter_seed = (uint64_t)c->device_jitter};
-    delta_status bst;
-    tr->backend = delta_backend_new(
-        backend_name(c),
-        &(delta_backend_opts){.cpu = &cpu, .sim = &sim, .cuda = &cuda}, &bst,
-        sub, sizeof sub);
-    /* the backends' messages name them ("cpu backend: ..."); no GPU is
-     * DELTA_ERR_STATE (this machine lacks it), a build without CUDA
-     * DELTA_ERR_UNSUPPORTED (this build cannot serve the request) */
-    if (!tr->backend) return train_fail(tr, bst, "%s", sub);
-    return DELTA_OK;
-}
-
-/* The budget in bytes (a percentage is of the plan's peak) and the
- * backend's and budget's lines. */
-static delta_status set_budget(delta_trainer *tr) {
-    delta_train_config *c = &tr->cfg;
-    char b1[32], b2[32], b3[32];
-    const delta_gpu_preset *gpu = tr->gpu;
-    switch (c->budget.kind) {
-    case DELTA_BUDGET_UNLIMITED:
-        /* A simulated GPU's memory is its limit. */
-        tr->budget_bytes = gpu ? (size_t)gpu->memory_bytes : 0;
-        break;
-    case DELTA_BUDGET_PERCENT:
-        tr->budget_bytes = (size_t)ceil((double)tr->plan.peak_bytes *
-                                        c->budget.percent / 100.0);
-        break;
-    case DELTA_BUDGET_BYTES: tr->budget_bytes = c->budget.bytes; break;
-    }
-    double bps = delta_backend_link_bps(tr->backend);
-    if (tr->sim)
-        train_info(tr, "backend: sim %s (%s)", gpu->name, gpu->description);
-    else if (on_backend(c, "cuda"))
-        train_info(tr, "backend: cuda, device memory %s, link %.3g GB/s, "
-                   "convolutions on %s",
-                   delta_format_bytes(delta_backend_device_bytes(tr->backend),
-                                      b1, sizeof b1),
-                   bps / 1e9, delta_cuda_conv_path(tr->backend));
-    else if (bps > 0)
-        train_info(tr, "backend: %s, %d threads, link %.3g GB/s",
-                   delta_backend_name(tr->backend), delta_cpu_threads(),
-                   bps / 1e9);
-    else
-        train_info(tr, "backend: %s, %d threads, link unthrottled",
-                   delta_backend_name(tr->backend), delta_cpu_threads());
-    if (tr->budget_bytes)
-        train_info(tr, "budget: %s%s; dry plan: peak %s, minimum %s (op %d "
-                   "%s %s)",
-                   delta_format_bytes((double)tr->budget_bytes, b1,
-                                      sizeof b1),
-                   c->budget.kind == DELTA_BUDGET_UNLIMITED
-                       ? " (the GPU's memory)" : "",
-                   delta_format_bytes((double)tr->plan.peak_bytes, b2,
-                                      sizeof b2),
-                   delta_format_bytes((double)tr->plan.min_budget_bytes, b3,
-                                      sizeof b3),
-                   tr->plan.min_budget_op, tr->plan.min_budget_op_type,
-                   tr->plan.min_budget_op_name);
-    else
-        train_info(tr, "budget: unlimited; dry plan: peak %s",
-                   delta_format_bytes((double)tr->plan.peak_bytes, b1,
-                                      sizeof b1));
-
-    tr->plans = delta_plan_cache_new();
-    if (!tr->plans) return train_fail(tr, DELTA_ERR_NOMEM, "out of memory");
     return DELTA_OK;
 }
 
@@ -236,7 +117,7 @@ static void info_model(const delta_trainer *tr) {
  * why. */
 static delta_status plan(delta_trainer *tr) {
     delta_train_config *c = &tr->cfg;
-    tr->sim = on_backend(c, "sim");
+    tr->sim = train_on_backend(c, "sim");
     tr->result.final_loss = NAN;
     delta_status st = setup_ranks(tr);
     if (st != DELTA_OK) return st;
@@ -282,10 +163,10 @@ static delta_status plan(delta_trainer *tr) {
 
     /* The backend first, so the programs are fitted to its kernels; a plan
      * alone needs none, except on cuda, whose workspaces are its own. */
-    st = setup_gpu(tr);
+    st = train_setup_gpu(tr);
     if (st != DELTA_OK) return st;
-    if (!c->plan_only || on_backend(c, "cuda")) {
-        st = make_backend(tr);
+    if (!c->plan_only || train_on_backend(c, "cuda")) {
+        st = train_make_backend(tr);
         if (st != DELTA_OK) return st;
     }
 
@@ -396,7 +277,7 @@ delta_status delta_trainer_start(delta_trainer *tr) {
                                       : "the trainer was made for a plan "
                                         "alone (plan_only)");
     tr->started = true;
-    delta_status st = set_budget(tr);
+    delta_status st = train_set_budget(tr);
     if (st != DELTA_OK) return st;
     double t0 = train_now(), main_s = tr->result.plan_s;
     tr->result.plan_s = 0;
@@ -454,95 +335,3 @@ void delta_trainer_free(delta_trainer *tr) {
     free(tr->units);
     free(tr);
 }
-
-/* ---- accessors ------------------------------------------------------------- */
-
-const char *delta_trainer_error(const delta_trainer *tr) { return tr->err; }
-
-const delta_train_config *delta_trainer_config(const delta_trainer *tr) {
-    return &tr->cfg;
-}
-
-const delta_train_result *delta_trainer_result(const delta_trainer *tr) {
-    return &tr->result;
-}
-
-const delta_dry_plan *delta_trainer_dry_plan(const delta_trainer *tr) {
-    return &tr->plan;
-}
-
-size_t delta_trainer_budget_bytes(const delta_trainer *tr) {
-    return tr->budget_bytes;
-}
-
-delta_session *delta_trainer_session(const delta_trainer *tr) {
-    return tr->session;
-}
-
-const delta_ctx *delta_trainer_ctx(const delta_trainer *tr) {
-    return tr->shapes[tr->cur].ctx;
-}
-
-const delta_model *delta_trainer_model(const delta_trainer *tr) {
-    return &tr->shapes[tr->cur].model;
-}
-
-const delta_model *delta_trainer_main_model(const delta_trainer *tr) {
-    return &tr->shapes[0].model;
-}
-
-int delta_trainer_n_model_tensors(const delta_trainer *tr) {
-    return tr->shapes[tr->cur].n_model_tensors;
-}
-
-delta_tensor *const *delta_trainer_persistent(const delta_trainer *tr,
-                                              int *n) {
-    *n = tr->shapes[tr->cur].n_persist;
-    return tr->shapes[tr->cur].persist;
-}
-
-int delta_trainer_programs(const delta_trainer *tr) { return tr->n_shapes; }
-
-const delta_dataset *delta_trainer_dataset(const delta_trainer *tr) {
-    return tr->data;
-}
-
-bool delta_trainer_synthetic(const delta_trainer *tr) {
-    return tr->synthetic;
-}
-
-const char *delta_trainer_fashion_mnist_dir(const delta_trainer *tr) {
-    return tr->fmnist_dir;
-}
-
-delta_loader *delta_trainer_loader(const delta_trainer *tr) {
-    return tr->loader;
-}
-
-delta_backend *delta_trainer_backend(const delta_trainer *tr) {
-    return tr->backend;
-}
-
-const delta_gpu_preset *delta_trainer_gpu(const delta_trainer *tr) {
-    return tr->gpu;
-}
-
-bool delta_trainer_image(const delta_trainer *tr) { return tr->image; }
-
-bool delta_trainer_simulated(const delta_trainer *tr) { return tr->sim; }
-
-bool delta_trainer_evaluates(const delta_trainer *tr) {
-    return train_will_evaluate(tr);
-}
-
-const char *delta_trainer_optimizer(const delta_trainer *tr, double *lr,
-                                    double *momentum, double *weight_decay) {
-    if (lr) *lr = tr->lr;
-    if (momentum) *momentum = tr->momentum;
-    if (weight_decay) *weight_decay = tr->weight_decay;
-    return tr->optimizer_name;
-}
-
-int delta_trainer_rank(const delta_trainer *tr) { return tr->rank; }
-
-int delta_trainer_ranks(const delta_trainer *tr) { return tr->ranks; }

@@ -1,7 +1,8 @@
 /* The trainer's record and the interfaces between its files (train.h is
  * the public face):
- *   setup.c    defaults, ranks, the simulated GPU, the backend, the budget;
- *              delta_trainer_plan/start/new/free and the accessors
+ *   setup.c    defaults, ranks, delta_trainer_plan/start/new/free
+ *   device.c   the simulated GPU, the backend by name, the budget
+ *   access.c   the accessors
  *   data.c     the data a run trains on, and the model fitted to it
  *   shapes.c   step programs per shape and switching sessions between them
  *   loop.c     the step loop (delta_trainer_train)
@@ -13,6 +14,8 @@
  * copied into the session's input tensors each step. */
 #ifndef DELTA_TRAIN_IMPL_H
 #define DELTA_TRAIN_IMPL_H
+
+#include <string.h>
 
 #include "delta/train.h"
 
@@ -80,6 +83,24 @@ double train_now(void);
 
 /* Whether the run ends with a test-set evaluation. */
 bool train_will_evaluate(const delta_trainer *tr);
+
+/* The run's backend name ("cpu" when none was given), and whether it is
+ * the one named. */
+static inline const char *train_backend_name(const delta_train_config *c) {
+    return c->backend ? c->backend : "cpu";
+}
+static inline bool train_on_backend(const delta_train_config *c,
+                                    const char *name) {
+    return strcmp(train_backend_name(c), name) == 0;
+}
+
+/* device.c: the simulated device (sim only); the backend, made before
+ * the programs so that they are fitted to its kernels; the budget in bytes
+ * (a percentage of the dry plan's peak), with the backend's and budget's
+ * lines, and the plan cache the sessions share. */
+delta_status train_setup_gpu(delta_trainer *tr);
+delta_status train_make_backend(delta_trainer *tr);
+delta_status train_set_budget(delta_trainer *tr);
 
 /* data.c: opens the data for the model family (image or token) and fits
  * cfg.model's image size, channels, classes, vocab and length to it. */
