@@ -16,5 +16,6 @@
 #include "delta/session.h"
 #include "delta/comm.h"
 #include "delta/calibrate.h"
+#include "delta/tokenizer.h"
 
 #endif
