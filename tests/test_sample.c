@@ -7,6 +7,8 @@
  *  - a seed gives the same text every time, another seed another text,
  *    with the GPT-2 tokenizer of tests/fixtures on a model trained a few
  *    steps; the printed ids decode to the printed text;
+ *  - a file in Hugging Face's layout without delta's metadata takes its
+ *    configuration from its shapes;
  *  - bad input exits 2 with a message, a failed write exits 1. */
 #include "cli_run.h"
 #include "delta/delta.h"
@@ -238,6 +240,18 @@ static void test_bad_input(void) {
                 "--prompt-ids", "1", "--backend", "sim");
     USAGE_FAILS(&res, "sample", "unknown option", "--load", ck, "--prompt-ids",
                 "1", "--budget", "50%");
+
+    /* a Hugging Face-layout file (no delta metadata, here PyTorch's
+     * tiny GPT-2 of scripts/make_checkpoint_fixture.py): the shapes give
+     * the model but not its heads */
+    const char *hf = "tests/fixtures/checkpoints/gpt2_torch.safetensors";
+    USAGE_FAILS(&res, "sample", "give --heads", "--load", hf, "--prompt-ids",
+                "1");
+    SAMPLE("--load", hf, "--prompt-ids", "1,2", "--tokens", "3", "--heads",
+           "2");
+    CHECK(res.status == 0 && strstr(res.err, "2 layers, width 32, 2 heads, "
+                                             "vocab 256"),
+          "a Hugging Face-layout file: status %d: %.300s", res.status, res.err);
 
     /* a write that fails: exit 1 (stderr is cut at the limit too) */
     run_fsize_limit = 8;

@@ -168,8 +168,8 @@ struct delta_tokenizer {
     pcre2_code *re;
     pcre2_match_data *md;
 #endif
-    int32_t *sym;         /* encoding scratch: a piece's symbols */
-    size_t sym_cap;
+    void *scratch;        /* encoding: a piece's symbols and merges */
+    size_t scratch_cap;
     char *piece;          /* a segment with the prefix space added */
     size_t piece_cap;
     char error[512];
@@ -226,7 +226,7 @@ void delta_tokenizer_free(delta_tokenizer *t) {
     pcre2_match_data_free(t->md);
     pcre2_code_free(t->re);
 #endif
-    free(t->sym);
+    free(t->scratch);
     free(t->piece);
     free(t);
 }
@@ -447,10 +447,13 @@ delta_tokenizer *delta_tokenizer_parse(const char *json, size_t len,
         }
         if (id > max_id) max_id = id;
     }
-    if (max_id < 0 || max_id >= (1 << 30)) {
+    /* ids are dense in real files; tables are sized by the largest id */
+    int64_t n_tokens = (int64_t)n_vocab + n_added;
+    if (max_id < 0 || max_id >= 2 * n_tokens + 1024) {
         load_fail(&ld, t, DELTA_ERR_FORMAT, max_id < 0
-                  ? "model.vocab is empty" : "ids up to %" PRId64 " are more "
-                  "than delta's tokenizer takes (2^30)", max_id);
+                  ? "model.vocab is empty" : "the largest id is %" PRId64
+                  " for %" PRId64 " tokens: ids must be about 0..N-1 for N "
+                  "tokens", max_id, n_tokens);
         goto done;
     }
     t->n_ids = (int32_t)max_id + 1;
@@ -689,7 +692,55 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-/* BPE on one piece of bytes. */
+/* A merge waiting in bpe_piece's heap: pair (a, b) at symbol pos. */
+typedef struct bpe_cand {
+    int32_t rank, pos, a, b, id;
+} bpe_cand;
+
+/* Heap order: the lowest rank, then the leftmost. */
+static bool cand_before(const bpe_cand *x, const bpe_cand *y) {
+    return x->rank != y->rank ? x->rank < y->rank : x->pos < y->pos;
+}
+
+static void heap_push(bpe_cand *h, size_t *n, bpe_cand c) {
+    size_t i = (*n)++;
+    for (; i && cand_before(&c, &h[(i - 1) / 2]); i = (i - 1) / 2)
+        h[i] = h[(i - 1) / 2];
+    h[i] = c;
+}
+
+static bpe_cand heap_pop(bpe_cand *h, size_t *n) {
+    bpe_cand top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
+        if (!cand_before(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+/* Queues the merge of the symbols at i and its next, if there is one. */
+static void queue_pair(const delta_tokenizer *t, const int32_t *sym,
+                       const int32_t *next, int32_t i, bpe_cand *h,
+                       size_t *nh) {
+    if (i < 0 || next[i] < 0) return;
+    const pair_slot *p = pair_map_get(&t->merges,
+                                      pair_key(sym[i], sym[next[i]]));
+    if (p)
+        heap_push(h, nh, (bpe_cand){p->rank, i, sym[i], sym[next[i]], p->id});
+}
+
+/* BPE on one piece of bytes: the symbols are a linked list, the possible
+ * merges a heap (lowest rank, then leftmost), each checked when popped
+ * (its symbols may have merged since): O(n log n) for a piece of n bytes
+ * (a long run of letters or spaces is one piece). The same ids as
+ * encoder.py's "merge every occurrence of the best pair, repeat": a pair
+ * made by a merge ranks after the merge that made it. */
 static delta_status bpe_piece(delta_tokenizer *t, const char *s, size_t len,
                               int32_t *ids, size_t cap, size_t *n) {
     if (!len) return DELTA_OK;
@@ -698,39 +749,40 @@ static delta_status bpe_piece(delta_tokenizer *t, const char *s, size_t len,
         emit(whole, ids, cap, n);
         return DELTA_OK;
     }
-    if (!grow((void **)&t->sym, &t->sym_cap, len, sizeof *t->sym))
+    if (len > INT32_MAX / 4)
+        return tok_fail(t, DELTA_ERR_INVALID_ARG, "a piece of %zu bytes is "
+                        "too long to encode", len);
+    /* sym, prev, next: 3 len int32; the heap: at most len - 1 pairs at
+     * first and two per merge, so 3 len */
+    size_t need = 3 * len * sizeof(int32_t) + 3 * len * sizeof(bpe_cand);
+    if (!grow((void **)&t->scratch, &t->scratch_cap, need, 1))
         return tok_fail(t, DELTA_ERR_NOMEM, "out of memory encoding");
-    int32_t *sym = t->sym;
-    size_t k = len;
+    bpe_cand *heap = (bpe_cand *)t->scratch;
+    int32_t *sym = (int32_t *)(heap + 3 * len), *prev = sym + len,
+            *next = prev + len;
     for (size_t i = 0; i < len; i++) {
         sym[i] = t->byte_id[(unsigned char)s[i]];
         if (sym[i] < 0)
             return tok_fail(t, DELTA_ERR_FORMAT, "byte 0x%02x has no token "
                             "in the vocabulary", (unsigned char)s[i]);
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < len ? (int32_t)i + 1 : -1;
     }
-    while (k > 1) {
-        /* the lowest-ranked pair of neighbours */
-        const pair_slot *best = NULL;
-        for (size_t i = 0; i + 1 < k; i++) {
-            const pair_slot *p = pair_map_get(&t->merges,
-                                              pair_key(sym[i], sym[i + 1]));
-            if (p && (!best || p->rank < best->rank)) best = p;
-        }
-        if (!best) break;
-        /* every occurrence of it, left to right */
-        int32_t a = (int32_t)(best->key >> 32), b = (int32_t)(uint32_t)best->key;
-        size_t w = 0;
-        for (size_t i = 0; i < k;) {
-            if (i + 1 < k && sym[i] == a && sym[i + 1] == b) {
-                sym[w++] = best->id;
-                i += 2;
-            } else {
-                sym[w++] = sym[i++];
-            }
-        }
-        k = w;
+    size_t nh = 0;
+    for (size_t i = 0; i + 1 < len; i++)
+        queue_pair(t, sym, next, (int32_t)i, heap, &nh);
+    while (nh) {
+        bpe_cand c = heap_pop(heap, &nh);
+        int32_t j = next[c.pos];
+        if (sym[c.pos] != c.a || j < 0 || sym[j] != c.b) continue; /* stale */
+        sym[c.pos] = c.id;
+        sym[j] = -1;
+        next[c.pos] = next[j];
+        if (next[j] >= 0) prev[next[j]] = c.pos;
+        queue_pair(t, sym, next, prev[c.pos], heap, &nh);
+        queue_pair(t, sym, next, c.pos, heap, &nh);
     }
-    for (size_t i = 0; i < k; i++) emit(sym[i], ids, cap, n);
+    for (int32_t i = 0; i >= 0; i = next[i]) emit(sym[i], ids, cap, n);
     return DELTA_OK;
 }
 
