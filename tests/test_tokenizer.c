@@ -282,6 +282,23 @@ static void test_refusals(void) {
     delta_tokenizer_free(NULL);
 }
 
+/* Encodes txt[0..len) and decodes it back; the number of ids. */
+static size_t round_trip(const char *txt, size_t len, const char *what) {
+    size_t n = 0, m = 0, blen = 0;
+    CHECK(delta_tokenizer_encode(gpt2, txt, len, false, NULL, 0, &n) ==
+              DELTA_OK, "%s: %s", what, delta_tokenizer_error(gpt2));
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    char *back = malloc(len + 1);
+    delta_tokenizer_encode(gpt2, txt, len, false, ids, n, &m);
+    CHECK(m == n && delta_tokenizer_decode(gpt2, ids, n, back, len + 1,
+                                           &blen) == DELTA_OK &&
+              blen == len && !memcmp(back, txt, len),
+          "%s does not round-trip", what);
+    free(ids);
+    free(back);
+    return n;
+}
+
 /* A long text and a long word round-trip (the merges are hash lookups
  * and a heap, the vocabulary a hash map). */
 static void test_long_text(void) {
@@ -290,36 +307,17 @@ static void test_long_text(void) {
     snprintf(path, sizeof path, "%s/../../README.md", fixture_dir());
     char *txt = slurp_file(path, &len);
     if (!txt) TEST_SKIP("no README.md beside tests/");
-    size_t n;
-    CHECK(delta_tokenizer_encode(gpt2, txt, len, false, NULL, 0, &n) ==
-              DELTA_OK, "%s", delta_tokenizer_error(gpt2));
-    int32_t *ids = malloc(n * sizeof *ids);
-    char *back = malloc(len + 1);
-    size_t m, blen;
-    delta_tokenizer_encode(gpt2, txt, len, false, ids, n, &m);
-    CHECK(m == n && n > len / 8 && n < len, "%zu ids for %zu bytes", n, len);
-    CHECK(delta_tokenizer_decode(gpt2, ids, n, back, len + 1, &blen) ==
-              DELTA_OK && blen == len && !memcmp(back, txt, len),
-          "README.md does not round-trip");
-    free(ids);
-    free(back);
+    size_t n = round_trip(txt, len, "README.md");
+    CHECK(n > len / 8 && n < len, "%zu ids for %zu bytes", n, len);
     free(txt);
 
     /* one piece of 1 MB (a run of letters is one piece for the split
      * regex): merging is n log n, so this is quick */
     len = 1 << 20;
     txt = malloc(len);
-    back = malloc(len + 1);
     for (size_t i = 0; i < len; i++) txt[i] = "abcab"[i % 5];
-    CHECK(delta_tokenizer_encode(gpt2, txt, len, false, NULL, 0, &n) ==
-              DELTA_OK && n < len / 2, "%zu ids", n);
-    ids = malloc(n * sizeof *ids);
-    delta_tokenizer_encode(gpt2, txt, len, false, ids, n, &m);
-    CHECK(delta_tokenizer_decode(gpt2, ids, n, back, len + 1, &blen) ==
-              DELTA_OK && blen == len && !memcmp(back, txt, len),
-          "a 1 MB word does not round-trip");
-    free(ids);
-    free(back);
+    n = round_trip(txt, len, "a 1 MB word");
+    CHECK(n < len / 2, "%zu ids for a 1 MB word", n);
     free(txt);
 }
 
