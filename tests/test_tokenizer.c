@@ -225,6 +225,10 @@ static void test_refusals(void) {
         {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\":"
          " \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}",
          "not an id", DELTA_ERR_FORMAT},
+        /* found by fuzz_tokenizer: tables sized by a huge id */
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\":"
+         " \"BPE\", \"vocab\": {\"a\": 777777770}, \"merges\": []}}",
+         "the largest id is 777777770 for 1 tokens", DELTA_ERR_FORMAT},
         {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\":"
          " \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}",
          "expected \"a b\"", DELTA_ERR_FORMAT},
