@@ -29,12 +29,12 @@
 #ifdef DELTA_HAVE_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-#endif
 
 /* GPT-2's pre-tokenization (OpenAI's encoder.py). */
 static const char gpt2_split[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
     "\\s+(?!\\S)|\\s+";
+#endif
 
 /* Largest tokenizer.json read (GPT-2's is 1.4 MB; big vocabularies of
  * other models are tens of MB). */
