@@ -230,6 +230,11 @@ static void test_bad_input(void) {
                 "--tokenizer", "/no/tokenizer.json");
     USAGE_FAILS(&res, "sample", "Unigram", "--load", trained, "--tokenizer",
                 bad_tok);
+    write_text(bad_tok, "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, "
+               "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+               "\"merges\": []}}");
+    USAGE_FAILS(&res, "sample", "no <|endoftext|> to start from", "--load",
+                trained, "--tokenizer", bad_tok);
     USAGE_FAILS(&res, "sample", "does not fit model gpt2-tiny", "--load", ck,
                 "--prompt-ids", "1", "--hidden", "64", "--heads", "2");
     USAGE_FAILS(&res, "sample", "not a GPT-2 checkpoint", "--load", mlp,

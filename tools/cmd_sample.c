@@ -405,6 +405,12 @@ int cmd_sample(int argc, char **argv) {
     if (a.prompt_ids) {
         if ((rc = parse_ids(a.prompt_ids, &ids, &n_ids)) >= 0) goto done;
     } else {
+        if (!a.prompt && delta_tokenizer_find(tok, "<|endoftext|>") < 0) {
+            rc = usage_error("the tokenizer %s has no <|endoftext|> to start "
+                             "from: give --prompt or --prompt-ids",
+                             a.tokenizer);
+            goto done;
+        }
         const char *text = a.prompt ? a.prompt : "<|endoftext|>";
         size_t n;
         st = delta_tokenizer_encode(tok, text, strlen(text), true, NULL, 0, &n);
