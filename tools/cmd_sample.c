@@ -532,8 +532,16 @@ int cmd_sample(int argc, char **argv) {
             rc = fail(1, "token %" PRId64 ": %s", i, delta_session_error(s));
             goto done;
         }
-        int32_t next = pick(logits + (int64_t)(w - 1) * V, n_cand, a.top_k,
-                            a.temperature, a.seed, (uint64_t)i, cands, probs);
+        const float *row = logits + (int64_t)(w - 1) * V;
+        for (int32_t j = 0; j < n_cand; j++)
+            if (!isfinite(row[j])) {
+                rc = fail(1, "token %" PRId64 ": the logit of id %" PRId32
+                          " is %g; the checkpoint's weights are not a usable "
+                          "model (a diverged run?)", i, j, (double)row[j]);
+                goto done;
+            }
+        int32_t next = pick(row, n_cand, a.top_k, a.temperature, a.seed,
+                            (uint64_t)i, cands, probs);
         ids[n_ids++] = next;
         if ((rc = emit_text(tok, &next, 1, i == 0)) >= 0) goto done;
         fflush(stdout);
