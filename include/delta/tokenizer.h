@@ -14,7 +14,10 @@
  * rest is cut by GPT-2's regex
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * (PCRE2 with Unicode properties: a build without libpcre2 refuses to
- * encode with DELTA_ERR_UNSUPPORTED), each piece's UTF-8 bytes are its
+ * encode with DELTA_ERR_UNSUPPORTED; \s is Unicode whitespace, as in the
+ * regex libraries of OpenAI's encoder.py and of tiktoken, so U+0085 is
+ * whitespace and U+FEFF is not, where JavaScript ports of the tokenizer
+ * have it the other way round), each piece's UTF-8 bytes are its
  * first symbols and the merges are applied lowest rank first. Decoding
  * gives the bytes the tokens stand for; ids cut inside a UTF-8 character
  * give that character's bytes so far (a caller printing token by token
