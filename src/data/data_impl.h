@@ -1,5 +1,5 @@
 /* delta — the dataset record shared by the data sources (idx.c, text.c,
- * synthetic.c), dataset.c (the common calls) and loader.c. Private. */
+ * tokens.c, synthetic.c), dataset.c (the common calls) and loader.c. Private. */
 #ifndef DELTA_DATA_IMPL_H
 #define DELTA_DATA_IMPL_H
 
@@ -24,6 +24,10 @@ struct delta_dataset {
     /* text */
     uint8_t *text;       /* the file's bytes */
     size_t text_len;
+    /* llm.c tokens: the file mapped read-only (munmap'd by _free) */
+    void *map;
+    size_t map_len;
+    const uint8_t *tokens; /* (N) little-endian uint16, after the header */
     /* synthetic */
     uint64_t seed;
 };

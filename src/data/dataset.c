@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/rng.h"
 #include "data/data_impl.h"
@@ -37,6 +38,7 @@ void delta_dataset_free(delta_dataset *ds) {
     free(ds->pixels);
     free(ds->labels);
     free(ds->text);
+    if (ds->map) munmap(ds->map, ds->map_len);
     free(ds);
 }
 
