@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes an llm.c token file (what delta's --data FILE.bin and llm.c's
-DataLoader read; docs/API.md, "Data"): a header of 256 little-endian int32
+"""Writes an llm.c token file (what delta's token dataset,
+delta_dataset_tokens_new, and llm.c's DataLoader read; docs/API.md, "Data"):
+a header of 256 little-endian int32
 (magic 20240520, version 1, token count, zeros), then the tokens as
 little-endian uint16.
 
@@ -45,8 +46,15 @@ def parse_ids(text):
 
 
 def encode_text(path, args):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    if not args.tiktoken and not args.hf_tokenizer:
+        sys.exit("make_token_file: --text needs --tiktoken ENCODING or "
+                 "--hf-tokenizer tokenizer.json (or use --bytes FILE)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        sys.exit(f"make_token_file: {path} is not UTF-8 text ({e}); use "
+                 f"--bytes for a file of bytes")
     if args.tiktoken:
         try:
             import tiktoken
@@ -62,8 +70,6 @@ def encode_text(path, args):
             sys.exit("make_token_file: --hf-tokenizer needs the tokenizers "
                      "package (pip install tokenizers)")
         return Tokenizer.from_file(args.hf_tokenizer).encode(text).ids
-    sys.exit("make_token_file: --text needs --tiktoken ENCODING or "
-             "--hf-tokenizer tokenizer.json (or use --bytes FILE)")
 
 
 def token_bytes(ids, vocab):
