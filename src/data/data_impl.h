@@ -32,6 +32,17 @@ struct delta_dataset {
     uint64_t seed;
 };
 
+/* Longest token window of the file-backed token datasets (text, tokens). */
+#define DELTA_DATA_MAX_SEQ ((int64_t)1 << 24)
+
+/* The start of every file-backed token dataset's constructor: clears
+ * *status and err, then refuses (DELTA_ERR_INVALID_ARG, message naming
+ * `what`, e.g. "text dataset", and path) a NULL path, no options
+ * (has_opts false) or a seq_len outside 1..DELTA_DATA_MAX_SEQ. */
+bool delta_data_check_args(const char *what, const char *path, bool has_opts,
+                           int64_t seq_len, delta_status *status, char *err,
+                           size_t err_len);
+
 /* A zeroed dataset with info.kind = kind and mask_id -1, or NULL. */
 delta_dataset *delta_data_alloc(delta_data_kind kind);
 

@@ -16,7 +16,6 @@
 #include "core/files.h"
 #include "data/data_impl.h"
 
-#define TOKENS_MAX_SEQ ((int64_t)1 << 24)
 /* llm.c's other data files, recognised only to say what they are: tokens
  * of LLaMA 3 (uint32, version 7) and multiple-choice evals (HellaSwag). */
 #define LLMC_LLAMA3_MAGIC 20240801
@@ -188,18 +187,10 @@ delta_dataset *delta_dataset_tokens_new(const char *path,
                                         const delta_tokens_opts *opts,
                                         delta_status *status, char *err,
                                         size_t err_len) {
-    if (status) *status = DELTA_OK;
-    if (err && err_len) err[0] = '\0';
-    if (!path || !opts)
-        return delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
-                               "token dataset: no %s given",
-                               path ? "options" : "path");
+    if (!delta_data_check_args("token dataset", path, opts != NULL,
+                               opts ? opts->seq_len : 0, status, err, err_len))
+        return NULL;
     int64_t T = opts->seq_len;
-    if (T < 1 || T > TOKENS_MAX_SEQ)
-        return delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
-                               "token dataset %s: seq_len %lld, expected "
-                               "1..%lld",
-                               path, (long long)T, (long long)TOKENS_MAX_SEQ);
     int64_t vocab = opts->vocab ? opts->vocab : DELTA_TOKENS_GPT2_VOCAB;
     if (vocab < 1 || vocab > INT32_MAX)
         return delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
