@@ -26,6 +26,7 @@
  * test_cuda checks against the plain run). */
 #include "backend/cuda/cuda_kernels.h"
 #include "comm/comm_impl.h"
+#include "delta/backend.h" /* delta_cuda_nccl_available is public (DELTA_API) */
 
 #include <stdio.h>
 #include <stdlib.h>
