@@ -86,6 +86,10 @@ static void test_config_json(void) {
     unlink(cpath);
     CHECK(read_cfg(&c, err, sizeof err) == DELTA_ERR_FORMAT);
     CHECK(strstr(err, "--heads") != NULL, "%s", err);
+    /* ... unless the caller gives them (delta sample --heads) */
+    c = (delta_model_config){.heads = 3};
+    CHECK(delta_model_config_pretrained(path, &c, err, sizeof err) ==
+              DELTA_OK && c.heads == 3 && c.hidden == 96, "%s", err);
     write_config("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_embd\": 96, "
                  "\"n_head\": 3, \"vocab_size\": 300, \"n_positions\": 128, "
                  "\"n_ctx\": 128, \"architectures\": [\"GPT2LMHeadModel\"]}");

@@ -237,7 +237,7 @@ static void test_bad_input(void) {
                 trained, "--tokenizer", bad_tok);
     USAGE_FAILS(&res, "sample", "does not fit model gpt2-tiny", "--load", ck,
                 "--prompt-ids", "1", "--hidden", "64", "--heads", "2");
-    USAGE_FAILS(&res, "sample", "not a GPT-2 checkpoint", "--load", mlp,
+    USAGE_FAILS(&res, "sample", "holds a mlp: delta sample generates from GPT-2", "--load", mlp,
                 "--prompt-ids", "1");
     USAGE_FAILS(&res, "sample", "outside the model's vocabulary of 256",
                 "--load", ck, "--prompt-ids", "1,256");

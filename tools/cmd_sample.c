@@ -41,10 +41,11 @@ static void usage(FILE *f) {
 "model:\n"
 "  --load FILE          the checkpoint (required)\n"
 "  --model NAME         gpt2-tiny/small/medium/large/xl; default: the\n"
-"                       file's (delta writes it), else from its shapes\n"
+"                       file's (delta writes it), else the one of its sizes\n"
 "  --layers N --hidden N --heads N --vocab N\n"
 "                       as train takes them; default: the file's\n"
-"                       settings, else its shapes (heads: the model's)\n"
+"                       settings, else a config.json beside it, else its\n"
+"                       shapes (heads: width / 64)\n"
 "  --seq-len N          the context: tokens the model sees (default its\n"
 "                       positions, 1024 for GPT-2)\n"
 "text:\n"
@@ -204,73 +205,21 @@ static int parse_args(int argc, char **argv, sample_args *a) {
 
 /* ---- the model's configuration ---------------------------------------------- */
 
-/* A metadata field of the checkpoint as an integer > 0, else 0. */
-static int64_t meta_i64(const delta_st_file *f, const char *key) {
-    const char *s = delta_st_metadata(f, key);
-    if (!s) return 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    return end != s && !*end && v > 0 ? v : 0;
-}
-
-/* A tensor by the model's name or a base model's (no "transformer."). */
-static const delta_st_tensor *find_gpt2(const delta_st_file *f,
-                                        const char *name) {
-    char buf[160];
-    snprintf(buf, sizeof buf, "transformer.%s", name);
-    const delta_st_tensor *t = delta_st_find(f, buf);
-    return t ? t : delta_st_find(f, name);
-}
-
-/* The configuration: the command line's, else the file's metadata (what
- * delta writes), else its shapes (a Hugging Face file), else the named
- * model's defaults. */
-static int model_config(const sample_args *a, const delta_st_file *f,
-                        delta_model_config *mc) {
-    const delta_st_tensor *wte = find_gpt2(f, "wte.weight");
-    const delta_st_tensor *wpe = find_gpt2(f, "wpe.weight");
-    const char *name = a->model ? a->model : delta_st_metadata(f, "model");
-    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
-        return fail(2, "%s is not a GPT-2 checkpoint: no 2-D "
-                    "transformer.wte.weight and transformer.wpe.weight%s%s",
-                    a->load, name ? "; it holds a " : "", name ? name : "");
-    int64_t C = wte->shape[1], L = 0;
-    char key[64];
-    for (;; L++) {
-        snprintf(key, sizeof key, "h.%" PRId64 ".ln_1.weight", L);
-        if (!find_gpt2(f, key)) break;
-    }
-    static const struct {
-        const char *name;
-        int64_t hidden;
-    } by_width[] = {{"gpt2-small", 768}, {"gpt2-medium", 1024},
-                    {"gpt2-large", 1280}, {"gpt2-xl", 1600}};
-    if (!name) {
-        name = "gpt2-small";
-        for (size_t i = 0; i < sizeof by_width / sizeof *by_width; i++)
-            if (by_width[i].hidden == C) name = by_width[i].name;
-    }
-    if (strncmp(name, "gpt2-", 5))
-        return fail(2, "delta sample generates from GPT-2 models; %s is %s",
-                    a->load, name);
-    *mc = (delta_model_config){.name = name, .batch = 1, .dropout = 0};
-    mc->layers = a->layers ? a->layers : meta_i64(f, "layers") ? meta_i64(f, "layers") : L;
-    mc->hidden = a->hidden ? a->hidden : meta_i64(f, "hidden") ? meta_i64(f, "hidden") : C;
-    mc->heads = a->heads ? a->heads : meta_i64(f, "heads");
-    mc->vocab = a->vocab ? a->vocab : meta_i64(f, "vocab") ? meta_i64(f, "vocab") : wte->shape[0];
-    mc->positions = meta_i64(f, "positions") ? meta_i64(f, "positions") : wpe->shape[0];
-    if (!mc->heads) {
-        /* the named model's, kept when it divides the width */
-        delta_model_config d = {.name = name, .batch = 1};
-        char err[256];
-        if (delta_model_resolve(&d, &d, err, sizeof err) != DELTA_OK)
-            return fail(2, "%s", err);
-        mc->heads = d.heads;
-        if (mc->hidden % mc->heads)
-            return fail(2, "%s has width %" PRId64 ", which %s's %" PRId64
-                        " heads do not divide: give --heads", a->load,
-                        mc->hidden, name, d.heads);
-    }
+/* The configuration: the command line's sizes, the rest as
+ * delta_model_config_pretrained finds them (delta's metadata, a config.json
+ * beside the file, the tensors' shapes). */
+static int model_config(const sample_args *a, delta_model_config *mc) {
+    *mc = (delta_model_config){.batch = 1, .dropout = 0, .layers = a->layers,
+                               .hidden = a->hidden, .heads = a->heads,
+                               .vocab = a->vocab};
+    char err[1024];
+    delta_status st = delta_model_config_pretrained(a->load, mc, err,
+                                                    sizeof err);
+    if (st != DELTA_OK) return fail(st == DELTA_ERR_NOMEM ? 1 : 2, "%s", err);
+    if (a->model) mc->name = a->model;
+    if (strncmp(mc->name, "gpt2-", 5))
+        return fail(2, "%s holds a %s: delta sample generates from GPT-2 "
+                    "models", a->load, mc->name);
     return -1;
 }
 
@@ -392,8 +341,8 @@ int cmd_sample(int argc, char **argv) {
                   "%s: %s", a.load, err);
         goto done;
     }
-    delta_model_config mc; /* its name may point into f: f stays open */
-    if ((rc = model_config(&a, f, &mc)) >= 0) goto done;
+    delta_model_config mc;
+    if ((rc = model_config(&a, &mc)) >= 0) goto done;
     if (a.seq_len > mc.positions) {
         rc = usage_error("--seq-len %" PRId64 " is longer than the model's "
                          "%" PRId64 " positions", a.seq_len, mc.positions);

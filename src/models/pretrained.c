@@ -211,6 +211,7 @@ static delta_status from_gpt2(const char *path, const delta_st_file *f,
                     agree[i].file);
             return DELTA_ERR_FORMAT;
         }
+    if (!a.heads) a.heads = cfg->heads; /* the caller's, when set */
     if (!a.heads) {
         if (a.hidden % GPT2_HEAD_DIM) {
             set_err(err, n, "%s: width %" PRId64 " is not a multiple of 64 "
