@@ -21,23 +21,6 @@ static const char *fixture_dir(void) {
     return d && *d ? d : "tests/fixtures";
 }
 
-static char *slurp_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static delta_tokenizer *gpt2;   /* from the fixture, loaded once */
 
 /* A build without PCRE2 cannot encode (decoding works). */
@@ -63,7 +46,7 @@ static bool setup(void) {
         return false;
     }
     snprintf(path, sizeof path, "%s/gpt2_tokens.json", fixture_dir());
-    char *txt = slurp_file(path, NULL);
+    char *txt = test_read_file(path, NULL);
     cJSON *root = txt ? cJSON_Parse(txt) : NULL;
     free(txt);
     cases = cJSON_DetachItemFromObject(root, "cases");
@@ -190,7 +173,7 @@ static void test_pair_merges(void) {
     NEED_ENCODE();
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/gpt2_tokenizer.json", fixture_dir());
-    char *txt = slurp_file(path, NULL);
+    char *txt = test_read_file(path, NULL);
     cJSON *root = txt ? cJSON_Parse(txt) : NULL;
     free(txt);
     cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -329,7 +312,7 @@ static void test_long_text(void) {
     size_t len;
     char path[512];
     snprintf(path, sizeof path, "%s/../../README.md", fixture_dir());
-    char *txt = slurp_file(path, &len);
+    char *txt = test_read_file(path, &len);
     if (!txt) TEST_SKIP("no README.md beside tests/");
     size_t n = round_trip(txt, len, "README.md");
     CHECK(n > len / 8 && n < len, "%zu ids for %zu bytes", n, len);
