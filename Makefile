@@ -50,6 +50,9 @@ HAVE_OMP := $(if $(NO_OMP),,$(call probe,omp.h,-fopenmp))
 HAVE_BLAS := $(if $(NO_BLAS),,$(call probe,cblas.h,-lopenblas))
 HAVE_ZLIB := $(call probe,zlib.h,-lz)
 HAVE_CJSON := $(call probe,cjson/cJSON.h,-lcjson)
+# PCRE2 (libpcre2-dev) for the tokenizer's split regex (Unicode letter and
+# number classes); without it encoding text is refused, decoding works.
+HAVE_PCRE2 := $(call probe,pcre2.h,-DPCRE2_CODE_UNIT_WIDTH=8 -lpcre2-8)
 # MPI (Open MPI from Debian: libopenmpi-dev) for data parallel across
 # processes (mpirun -np P delta train ...); its flags from pkg-config.
 MPI_CFLAGS := $(if $(NO_MPI),,$(shell pkg-config --cflags ompi-c 2>/dev/null))
@@ -115,6 +118,10 @@ ifeq ($(HAVE_CJSON),yes)
 CFLAGS += -DDELTA_HAVE_CJSON
 LDLIBS += -lcjson
 endif
+ifeq ($(HAVE_PCRE2),yes)
+CFLAGS += -DDELTA_HAVE_PCRE2
+LDLIBS += -lpcre2-8
+endif
 ifeq ($(HAVE_MPI),yes)
 CFLAGS += -DDELTA_HAVE_MPI $(MPI_CFLAGS)
 LDLIBS += $(MPI_LIBS)
@@ -146,7 +153,7 @@ endif
 
 mark = $(if $(1),✓,✗)
 ifeq ($(MAKELEVEL),0)
-$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_MPI)) MPI  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + cublasLt.h + libcudart + libcublas + libcublasLt))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
+$(info delta build: $(call mark,$(HAVE_BLAS)) OpenBLAS$(if $(BLAS_KIND), $(BLAS_KIND),)  $(call mark,$(HAVE_OMP)) OpenMP  $(call mark,$(HAVE_ZLIB)) zlib  $(call mark,$(HAVE_CJSON)) cJSON  $(call mark,$(HAVE_PCRE2)) PCRE2  $(call mark,$(HAVE_MPI)) MPI  $(call mark,$(HAVE_CUDA)) CUDA$(if $(HAVE_CUDA), $(CUDA_VERSION),$(if $(NVCC), (nvcc found; off: $(if $(filter 0,$(CUDA)),CUDA=0,$(if $(CUDA_USABLE),a sanitizer build,no usable cuda_runtime.h + cublas_v2.h + cublasLt.h + libcudart + libcublas + libcublasLt))),))$(if $(SANITIZE),  sanitize=$(SANITIZE),))
 endif
 
 # ---- sources -------------------------------------------------------------

@@ -21,14 +21,16 @@ SONAME := libdelta.so.$(DELTA_MAJOR)
 HEADERS := $(sort $(wildcard include/delta/*.h))
 
 # What a program linked with libdelta.a needs besides it, as this build
-# links it: zlib and cJSON through their own .pc files where Debian ships
+# links it: zlib, cJSON and PCRE2 through their own .pc files where Debian ships
 # them, OpenBLAS (the OpenMP build, so not openblas.pc, which names the
 # default one), libgomp for OpenMP, pthread and libm.
 pc_has = $(shell pkg-config --exists $(1) 2>/dev/null && echo yes)
 PC_REQ := $(if $(HAVE_ZLIB),$(if $(call pc_has,zlib),zlib)) \
-          $(if $(HAVE_CJSON),$(if $(call pc_has,libcjson),libcjson))
+          $(if $(HAVE_CJSON),$(if $(call pc_has,libcjson),libcjson)) \
+          $(if $(HAVE_PCRE2),$(if $(call pc_has,libpcre2-8),libpcre2-8))
 PC_PRIV := $(filter-out $(if $(filter zlib,$(PC_REQ)),-lz) \
-             $(if $(filter libcjson,$(PC_REQ)),-lcjson),$(LDLIBS)) \
+             $(if $(filter libcjson,$(PC_REQ)),-lcjson) \
+             $(if $(filter libpcre2-8,$(PC_REQ)),-lpcre2-8),$(LDLIBS)) \
            $(if $(HAVE_OMP),-lgomp)
 PC_SAN := $(if $(SANITIZE),-fsanitize=$(SANITIZE))
 

@@ -8,7 +8,7 @@
 # Not root: prints the command to run instead and fails if something needed
 # is missing.
 set -u
-REQUIRED="gcc make libopenblas-dev libopenblas0-openmp libcjson-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin"
+REQUIRED="gcc make libopenblas-dev libopenblas0-openmp libcjson-dev zlib1g-dev libpcre2-dev pkg-config libopenmpi-dev openmpi-bin"
 OPTIONAL="dataset-fashion-mnist gnuplot-nox"
 BENCH="python3-torch python3-torchvision"
 FUZZ="clang-14 libclang-rt-14-dev"

@@ -55,6 +55,8 @@ def _st_dtype(t, keep):
         return ("F64", "<%dd") if keep and t.dtype == torch.float64 else ("F32", "<%df")
     if t.dtype in (torch.int32, torch.int64):
         return ("I64", "<%dq") if keep and t.dtype == torch.int64 else ("I32", "<%di")
+    if t.dtype == torch.bfloat16 and keep:
+        return "BF16", "<%dh"  # the bits, written through an int16 view
     raise ValueError("unsupported dtype %s" % t.dtype)
 
 
@@ -66,6 +68,8 @@ def write_safetensors(path, tensors, metadata, keep_dtype=False):
     for name, t in tensors:
         t = t.detach().cpu().contiguous()
         st, fmt = _st_dtype(t, keep_dtype)
+        if st == "BF16":
+            t = t.view(torch.int16)
         vals = t.reshape(-1).tolist()
         blob = struct.pack(fmt % len(vals), *vals)
         header[name] = {"dtype": st, "shape": list(t.shape),

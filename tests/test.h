@@ -92,6 +92,24 @@ static inline void test_fill_rand(float *x, int64_t n, float lo, float hi) {
     for (int64_t i = 0; i < n; i++) x[i] = test_rng_f(lo, hi);
 }
 
+/* The whole of path in a malloc'd buffer with a NUL after it (*len bytes,
+ * len may be NULL); NULL when it cannot be read. */
+static inline char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+        fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    if (buf && len) *len = (size_t)n;
+    return buf;
+}
+
 #define TEST_MAIN_END()                                                    \
     do {                                                                   \
         printf("# results: %d passed, %d failed, %d skipped\n",            \

@@ -10,6 +10,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_maxbatch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
 
 /* The options of train and plan into *c (zeroed first; strings point into
  * argv). Returns -1 to go on, else the exit status (0 after --help or

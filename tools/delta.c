@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "             plots ('delta bench --help')\n"
 "  calibrate  measure a backend and write a device file the simulator\n"
 "             takes (--gpu-file; 'delta calibrate --help')\n"
+            "  sample     generate text from a GPT-2 checkpoint, greedy or\n"
+            "             top-k with a seed ('delta sample --help')\n"
             "\n"
             "options:\n"
             "  -h, --help     show this help\n"
@@ -47,6 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "maxbatch")) return cmd_maxbatch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
     fprintf(stderr, "delta: unknown command '%s'; see 'delta --help'\n", cmd);
     return 2;
 }

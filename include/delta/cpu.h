@@ -26,7 +26,7 @@ typedef enum delta_gemm_impl {
 DELTA_API delta_status delta_cpu_set_gemm(delta_gemm_impl impl);
 DELTA_API delta_gemm_impl delta_cpu_gemm(void);
 
-/* What this build uses, e.g. "openblas openmp zlib cjson mpi cuda". */
+/* What this build uses, e.g. "openblas openmp zlib cjson pcre2 mpi cuda". */
 DELTA_API const char *delta_build_features(void);
 
 #ifdef __cplusplus

@@ -16,6 +16,8 @@
  *    checked, so a bad file is refused with a message, never a crash.
  *  - Any file as byte-level text (vocab 256), cut into windows for a causal
  *    or a masked language model.
+ *  - llm.c's token files (GPT-2 token ids, uint16), memory-mapped and
+ *    checked whole, cut into windows for a causal language model.
  *  - Synthetic data of any shape, a pure function of a seed.
  *
  * The loader hands out batches in an order that is a pure function of
@@ -145,6 +147,72 @@ DELTA_API delta_dataset *delta_dataset_text_new(const char *path,
                                       const delta_text_opts *opts,
                                       delta_status *status, char *err,
                                       size_t err_len);
+
+/* ---- llm.c token files ---------------------------------------------------
+ * The files llm.c's data scripts write (dev/data/, write_datafile) and
+ * its DataLoader reads: a header of 256 little-endian int32 (1024 bytes)
+ *   header[0]  magic 20240520 (DELTA_TOKENS_MAGIC)
+ *   header[1]  version 1 (DELTA_TOKENS_VERSION): uint16 tokens
+ *   header[2]  the token count N, >= 1
+ *   header[3..255]  unused (llm.c writes zeros; not checked)
+ * then exactly N little-endian uint16 token ids (GPT-2's BPE ids, 0..50256),
+ * nothing after. The file is memory-mapped, not copied, and checked whole
+ * when it is opened: a bad magic, another version, a count below 1, a file
+ * shorter or longer than 1024 + 2N bytes, and a token id >= vocab are each
+ * refused (DELTA_ERR_FORMAT) with a message that names the byte offset (and
+ * for a token, its index), so a bad file never gets as far as training.
+ * (The file must not be truncated while the dataset is open: a mapped page
+ * that is gone ends the process with SIGBUS.)
+ *
+ * Causal LM, as llm.c forms batches: sample i is tokens [i*T, i*T + T) as
+ * input and [i*T + 1, i*T + T + 1) as target (consecutive windows share one
+ * token; there are (N - 1) / T samples, so N must be at least T + 1). A
+ * batch of B samples in file order (the loader without shuffle) starting at
+ * sample k*B is therefore exactly llm.c's k-th batch: the B*T + 1 tokens
+ * from k*B*T, inputs the first B*T and targets the same shifted by one; and
+ * the loader's data-parallel shard (delta_loader_set_shard) gives rank r
+ * llm.c's process r's part of that global batch. With shuffle the loader
+ * permutes samples (windows of T), where llm.c permutes whole B*T batches
+ * within a shard. */
+#define DELTA_TOKENS_MAGIC 20240520
+#define DELTA_TOKENS_VERSION 1
+#define DELTA_TOKENS_HEADER_INTS 256
+#define DELTA_TOKENS_HEADER_BYTES (DELTA_TOKENS_HEADER_INTS * 4)
+#define DELTA_TOKENS_GPT2_VOCAB 50257  /* GPT-2's BPE vocabulary */
+
+typedef struct delta_tokens_opts {
+    int64_t seq_len;  /* T, 1 .. 2^24 */
+    int64_t vocab;    /* token ids must be below it, 1 .. INT32_MAX; it is
+                         also the reported vocab; 0: DELTA_TOKENS_GPT2_VOCAB
+                         (a model's vocab may be larger, e.g. llm.c's padded
+                         50304) */
+} delta_tokens_opts;
+
+/* A causal-LM dataset over the llm.c token file at path (see above); on
+ * failure NULL with *status and err set as for every constructor:
+ * DELTA_ERR_IO (cannot open or map; not a regular file), DELTA_ERR_FORMAT
+ * (malformed, or fewer than seq_len + 1 tokens), DELTA_ERR_INVALID_ARG (bad
+ * options). */
+DELTA_API delta_dataset *delta_dataset_tokens_new(const char *path,
+                                        const delta_tokens_opts *opts,
+                                        delta_status *status, char *err,
+                                        size_t err_len);
+
+/* Whether path starts with an llm.c token file's magic (as far as its first
+ * 4 bytes tell; false when it cannot be read): how a caller tells a token
+ * file from a text file before choosing a constructor. */
+DELTA_API bool delta_tokens_file_is(const char *path);
+
+/* Writes tokens[0..n) as an llm.c token file at path (header as above,
+ * version 1): atomically (a temporary beside path, fsync, rename, fsync of
+ * the folder), replacing only a regular file (a link to one: its target)
+ * and keeping its mode. DELTA_ERR_INVALID_ARG, with nothing written, when n
+ * is not in 1 .. INT32_MAX, a token is not in 0 .. 65535 (the message names
+ * its index), or what is at path is not a regular file; DELTA_ERR_IO when
+ * the write fails (the previous file, if any, is unchanged). err (when
+ * non-NULL) gets the message, "" on success. */
+DELTA_API delta_status delta_tokens_write(const char *path, const int32_t *tokens,
+                                int64_t n, char *err, size_t err_len);
 
 /* ---- synthetic ----------------------------------------------------------
  * Every sample is a pure function of (seed, index):

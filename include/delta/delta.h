@@ -17,5 +17,6 @@
 #include "delta/train.h"
 #include "delta/comm.h"
 #include "delta/calibrate.h"
+#include "delta/tokenizer.h"
 
 #endif

@@ -143,6 +143,28 @@ DELTA_API void delta_model_fill_constants(const delta_model *m,
                                                  const delta_tensor *t),
                                 void *ud);
 
+/* The model a checkpoint file holds, for fine-tuning and sampling without
+ * naming it:
+ *  - a file delta saved: its "model" metadata and saved config fields;
+ *  - a Hugging Face GPT-2 (model.safetensors of gpt2, gpt2-medium,
+ *    gpt2-large, gpt2-xl, or any GPT2LMHeadModel or GPT2Model): n_layer,
+ *    n_embd, n_head, vocab_size and n_positions of config.json in the
+ *    file's folder when there (model_type must be "gpt2"; its sizes must
+ *    agree with the tensors'), else the tensors' shapes (blocks h.N
+ *    counted, wte.weight's rows and columns, wpe.weight's rows) with
+ *    heads = width / 64, as in every published GPT-2. The name is the
+ *    built-in of those sizes (gpt2 is gpt2-small), else gpt2-small with
+ *    the sizes set.
+ * Sets cfg->name and fills the architecture fields of *cfg that are 0
+ * (a value already set is kept, and the load then checks it against the
+ * tensors); batch, seq_len, dropout and precision are left alone. The file
+ * is mapped, not read. DELTA_ERR_FORMAT (a message in err) when the file
+ * says nothing delta can read, DELTA_ERR_IO when it cannot be read. */
+DELTA_API delta_status delta_model_config_pretrained(const char *path,
+                                                     delta_model_config *cfg,
+                                                     char *err,
+                                                     size_t err_len);
+
 /* Names of the built-in models, NULL-terminated. */
 DELTA_API const char *const *delta_model_names(void);
 

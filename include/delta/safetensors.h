@@ -40,8 +40,10 @@ typedef struct delta_st_tensor {
 
 typedef struct delta_st_file delta_st_file;
 
-/* Reads and validates a whole file. On failure returns NULL, sets *status
- * (if non-NULL) and writes a message into err (if non-NULL, err_len bytes). */
+/* Maps (or, where mapping fails, reads) a whole file and validates it;
+ * tensors' data point into it until delta_st_close. On failure returns
+ * NULL, sets *status (if non-NULL) and writes a message into err (if
+ * non-NULL, err_len bytes). */
 DELTA_API delta_st_file *delta_st_open(const char *path, delta_status *status,
                              char *err, size_t err_len);
 /* The same from a buffer in memory (copied). */

@@ -98,10 +98,28 @@ bool delta_file_sync_dir(const char *path) {
     return ok;
 }
 
-int delta_file_write_atomic(const char *path, const void *data, size_t n,
-                            char *err, size_t err_len) {
+bool delta_file_write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return false;
+        if (w == 0) {
+            errno = EIO;
+            return false;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+int delta_file_write_atomic_fn(const char *path, bool (*fill)(int fd, void *ud),
+                               void *ud, bool *refused, char *err,
+                               size_t err_len) {
     int mode = -1;
     char *target = delta_file_replace_target(path, &mode, err, err_len);
+    if (refused) *refused = !target;
     if (!target) return -1;
     size_t cap = strlen(target) + 32;
     char *tmp = malloc(cap);
@@ -115,16 +133,10 @@ int delta_file_write_atomic(const char *path, const void *data, size_t n,
         e = errno;
     } else if (fchmod(fd, mode >= 0 ? (mode_t)mode : delta_file_new_mode())) {
         what = "set the mode of";
-    } else {
-        const char *p = data;
-        size_t left = n;
-        while (left && !what) {
-            ssize_t w = write(fd, p, left);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) what = "write";
-            else { p += w; left -= (size_t)w; }
-        }
-        if (!what && fsync(fd) != 0) what = "fsync";
+    } else if (!fill(fd, ud)) {
+        what = "write";
+    } else if (fsync(fd) != 0) {
+        what = "fsync";
     }
     if (what && !e) e = errno;
     if (fd >= 0 && close(fd) != 0 && !what) {
@@ -149,6 +161,24 @@ int delta_file_write_atomic(const char *path, const void *data, size_t n,
     free(tmp);
     free(target);
     return ok ? 0 : -1;
+}
+
+/* delta_file_write_atomic's one buffer. */
+typedef struct whole_buf {
+    const void *data;
+    size_t n;
+} whole_buf;
+
+static bool fill_whole(int fd, void *ud) {
+    const whole_buf *b = ud;
+    return delta_file_write_all(fd, b->data, b->n);
+}
+
+int delta_file_write_atomic(const char *path, const void *data, size_t n,
+                            char *err, size_t err_len) {
+    whole_buf b = {data, n};
+    return delta_file_write_atomic_fn(path, fill_whole, &b, NULL, err,
+                                      err_len);
 }
 
 bool delta_mkdirs(const char *path) {

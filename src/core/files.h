@@ -47,6 +47,17 @@ bool delta_file_sync_dir(const char *path);
  * failed: the file is written then). */
 int delta_file_write_atomic(const char *path, const void *data, size_t n,
                             char *err, size_t err_len);
+/* The same for contents written in pieces: fill(fd, ud) writes the whole
+ * file to the temporary's descriptor fd (with delta_file_write_all) and
+ * returns false with errno set when a write fails. Returns 0, or -1 with
+ * the message in err; *refused (when non-NULL) is set to whether what is
+ * at path was not a regular file (nothing was written then). */
+int delta_file_write_atomic_fn(const char *path, bool (*fill)(int fd, void *ud),
+                               void *ud, bool *refused, char *err,
+                               size_t err_len);
+/* Writes data[0..n) to fd, going on after short writes and EINTR; false
+ * with errno set when a write fails. */
+bool delta_file_write_all(int fd, const void *data, size_t n);
 
 /* Creates folder path and any missing parents (mode 0755); true when it
  * exists as a folder afterwards. */

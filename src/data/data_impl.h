@@ -1,5 +1,5 @@
 /* delta — the dataset record shared by the data sources (idx.c, text.c,
- * synthetic.c), dataset.c (the common calls) and loader.c. Private. */
+ * tokens.c, synthetic.c), dataset.c (the common calls) and loader.c. Private. */
 #ifndef DELTA_DATA_IMPL_H
 #define DELTA_DATA_IMPL_H
 
@@ -24,9 +24,24 @@ struct delta_dataset {
     /* text */
     uint8_t *text;       /* the file's bytes */
     size_t text_len;
+    /* llm.c tokens: the file mapped read-only (munmap'd by _free) */
+    void *map;
+    size_t map_len;
+    const uint8_t *tokens; /* (N) little-endian uint16, after the header */
     /* synthetic */
     uint64_t seed;
 };
+
+/* Longest token window of the file-backed token datasets (text, tokens). */
+#define DELTA_DATA_MAX_SEQ ((int64_t)1 << 24)
+
+/* The start of every file-backed token dataset's constructor: clears
+ * *status and err, then refuses (DELTA_ERR_INVALID_ARG, message naming
+ * `what`, e.g. "text dataset", and path) a NULL path, no options
+ * (has_opts false) or a seq_len outside 1..DELTA_DATA_MAX_SEQ. */
+bool delta_data_check_args(const char *what, const char *path, bool has_opts,
+                           int64_t seq_len, delta_status *status, char *err,
+                           size_t err_len);
 
 /* A zeroed dataset with info.kind = kind and mask_id -1, or NULL. */
 delta_dataset *delta_data_alloc(delta_data_kind kind);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/rng.h"
 #include "data/data_impl.h"
@@ -32,11 +33,31 @@ void *delta_data_fail(delta_status *status, char *err, size_t err_len,
     return NULL;
 }
 
+bool delta_data_check_args(const char *what, const char *path, bool has_opts,
+                           int64_t seq_len, delta_status *status, char *err,
+                           size_t err_len) {
+    if (status) *status = DELTA_OK;
+    if (err && err_len) err[0] = '\0';
+    if (!path || !has_opts) {
+        delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
+                        "%s: no %s given", what, path ? "options" : "path");
+        return false;
+    }
+    if (seq_len < 1 || seq_len > DELTA_DATA_MAX_SEQ) {
+        delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
+                        "%s %s: seq_len %lld, expected 1..%lld", what, path,
+                        (long long)seq_len, (long long)DELTA_DATA_MAX_SEQ);
+        return false;
+    }
+    return true;
+}
+
 void delta_dataset_free(delta_dataset *ds) {
     if (!ds) return;
     free(ds->pixels);
     free(ds->labels);
     free(ds->text);
+    if (ds->map) munmap(ds->map, ds->map_len);
     free(ds);
 }
 

@@ -9,8 +9,6 @@
 
 #include "data/data_impl.h"
 
-#define TEXT_MAX_SEQ ((int64_t)1 << 24)
-
 /* Window `index` starts at byte index * info.seq_len whatever len is: a
  * shorter len takes the window's first len tokens. */
 static void get_causal(const delta_dataset *ds, int64_t index, uint64_t seed,
@@ -89,12 +87,9 @@ delta_dataset *delta_dataset_text_new(const char *path,
                                       const delta_text_opts *opts,
                                       delta_status *status, char *err,
                                       size_t err_len) {
-    if (status) *status = DELTA_OK;
-    if (err && err_len) err[0] = '\0';
-    if (!path || !opts)
-        return delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
-                               "text dataset: no %s given",
-                               path ? "options" : "path");
+    if (!delta_data_check_args("text dataset", path, opts != NULL,
+                               opts ? opts->seq_len : 0, status, err, err_len))
+        return NULL;
     bool masked = opts->kind == DELTA_DATA_MASKED_LM;
     if (!masked && opts->kind != DELTA_DATA_CAUSAL_LM)
         return delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
@@ -102,11 +97,6 @@ delta_dataset *delta_dataset_text_new(const char *path,
                                "nor masked LM",
                                path, (int)opts->kind);
     int64_t T = opts->seq_len;
-    if (T < 1 || T > TEXT_MAX_SEQ)
-        return delta_data_fail(status, err, err_len, DELTA_ERR_INVALID_ARG,
-                               "text dataset %s: seq_len %lld, expected "
-                               "1..%lld",
-                               path, (long long)T, (long long)TEXT_MAX_SEQ);
     int64_t vocab = opts->vocab ? opts->vocab
                     : masked    ? DELTA_TEXT_MLM_VOCAB
                                 : 256;

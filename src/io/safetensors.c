@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,8 +34,10 @@
 #define ST_MAX_INT ((uint64_t)1 << 53)
 
 struct delta_st_file {
-    unsigned char *buf;          /* whole file, delta_alloc_aligned */
+    unsigned char *buf;          /* whole file: mapped (mapped) or
+                                    delta_alloc_aligned */
     size_t len;
+    bool mapped;
     cJSON *root;                 /* parsed header; owns names and metadata */
     const cJSON *meta;           /* "__metadata__" object or NULL */
     int n;
@@ -546,17 +549,24 @@ static delta_status parse_file(delta_st_file *f, char *err, size_t err_len) {
 }
 
 /* Takes ownership of buf (delta_alloc_aligned, len bytes). */
-static delta_st_file *parse_owned(unsigned char *buf, size_t len,
+/* Frees a file's bytes the way they were obtained. */
+static void release_buf(unsigned char *buf, size_t len, bool mapped) {
+    if (mapped) munmap(buf, len);
+    else delta_free_aligned(buf);
+}
+
+static delta_st_file *parse_owned(unsigned char *buf, size_t len, bool mapped,
                                   delta_status *status, char *err,
                                   size_t err_len) {
     delta_st_file *f = calloc(1, sizeof *f);
     delta_status st = DELTA_ERR_NOMEM;
     if (!f) {
-        delta_free_aligned(buf);
+        release_buf(buf, len, mapped);
         set_err(err, err_len, "out of memory");
     } else {
         f->buf = buf;
         f->len = len;
+        f->mapped = mapped;
         st = parse_file(f, err, err_len);
         if (st != DELTA_OK) {
             delta_st_close(f);
@@ -583,7 +593,7 @@ delta_st_file *delta_st_parse(const void *buf, size_t len,
         return NULL;
     }
     if (len) memcpy(copy, buf, len);
-    return parse_owned(copy, len, status, err, err_len);
+    return parse_owned(copy, len, false, status, err, err_len);
 }
 
 delta_st_file *delta_st_open(const char *path, delta_status *status,
@@ -610,6 +620,18 @@ delta_st_file *delta_st_open(const char *path, delta_status *status,
         goto fail;
     }
     len = (size_t)sb.st_size;
+    /* Mapped, not read: a pretrained GPT-2 XL is 6 GB, and a load touches
+     * each tensor once (the header alone, to read a configuration). The
+     * mapping is private and read-only; a file truncated by another
+     * process while mapped is that process's doing, as with any mmap. An
+     * empty file cannot be mapped: read (nothing) instead. */
+    if (len) {
+        void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m != MAP_FAILED) {
+            close(fd);
+            return parse_owned(m, len, true, status, err, err_len);
+        }
+    }
     buf = delta_alloc_aligned(len ? len : 1);
     if (!buf) {
         st = DELTA_ERR_NOMEM;
@@ -634,7 +656,7 @@ delta_st_file *delta_st_open(const char *path, delta_status *status,
         got += (size_t)r;
     }
     close(fd);
-    return parse_owned(buf, len, status, err, err_len);
+    return parse_owned(buf, len, false, status, err, err_len);
 
 fail:
     if (fd >= 0) close(fd);
@@ -648,7 +670,7 @@ void delta_st_close(delta_st_file *f) {
     cJSON_Delete(f->root);
     free(f->tensors);
     free(f->by_name);
-    delta_free_aligned(f->buf);
+    release_buf(f->buf, f->len, f->mapped);
     free(f);
 }
 

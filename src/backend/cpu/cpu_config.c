@@ -111,6 +111,11 @@ bool delta_gemm_contends(void) {
 #else
 #define FEAT_CJSON ""
 #endif
+#ifdef DELTA_HAVE_PCRE2
+#define FEAT_PCRE2 " pcre2"
+#else
+#define FEAT_PCRE2 ""
+#endif
 #ifdef DELTA_HAVE_CUDA
 #define FEAT_CUDA " cuda"
 #else
@@ -123,6 +128,6 @@ bool delta_gemm_contends(void) {
 #endif
 
 const char *delta_build_features(void) {
-    static const char f[] = FEAT_BLAS FEAT_OMP FEAT_ZLIB FEAT_CJSON FEAT_MPI FEAT_CUDA;
+    static const char f[] = FEAT_BLAS FEAT_OMP FEAT_ZLIB FEAT_CJSON FEAT_PCRE2 FEAT_MPI FEAT_CUDA;
     return f[0] ? f + 1 : "none";
 }

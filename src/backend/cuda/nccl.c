@@ -25,8 +25,8 @@
  * still goes through NCCL: the rank sends its gradients to itself (what
  * test_cuda checks against the plain run). */
 #include "backend/cuda/cuda_kernels.h"
-#include "delta/backend.h" /* DELTA_API: delta_cuda_nccl_available is exported */
 #include "comm/comm_impl.h"
+#include "delta/backend.h" /* delta_cuda_nccl_available is public (DELTA_API) */
 
 #include <stdio.h>
 #include <stdlib.h>
