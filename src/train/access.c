@@ -24,25 +24,25 @@ delta_session *delta_trainer_session(const delta_trainer *tr) {
 }
 
 const delta_ctx *delta_trainer_ctx(const delta_trainer *tr) {
-    return tr->shapes[tr->cur].ctx;
+    return tr->shapes[tr->cur]->ctx;
 }
 
 const delta_model *delta_trainer_model(const delta_trainer *tr) {
-    return &tr->shapes[tr->cur].model;
+    return &tr->shapes[tr->cur]->model;
 }
 
 const delta_model *delta_trainer_main_model(const delta_trainer *tr) {
-    return &tr->shapes[0].model;
+    return &tr->shapes[0]->model;
 }
 
 int delta_trainer_n_model_tensors(const delta_trainer *tr) {
-    return tr->shapes[tr->cur].n_model_tensors;
+    return tr->shapes[tr->cur]->n_model_tensors;
 }
 
 delta_tensor *const *delta_trainer_persistent(const delta_trainer *tr,
                                               int *n) {
-    *n = tr->shapes[tr->cur].n_persist;
-    return tr->shapes[tr->cur].persist;
+    *n = tr->shapes[tr->cur]->n_persist;
+    return tr->shapes[tr->cur]->persist;
 }
 
 int delta_trainer_programs(const delta_trainer *tr) { return tr->n_shapes; }

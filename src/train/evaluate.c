@@ -14,10 +14,10 @@ delta_status delta_trainer_evaluate(delta_trainer *tr) {
                           tr->started ? "the session has ended"
                                       : "call delta_trainer_start first");
     /* At the main shape (training may have ended on a shorter batch). */
-    delta_status st = train_use_shape(tr, tr->shapes[0].batch,
-                                      tr->shapes[0].seq_len);
+    delta_status st = train_use_shape(tr, tr->shapes[0]->batch,
+                                      tr->shapes[0]->seq_len);
     if (st != DELTA_OK) return st;
-    const delta_model *model = &tr->shapes[0].model;
+    const delta_model *model = &tr->shapes[0]->model;
     const delta_model_config *m = &model->cfg;
     char sub[512];
     delta_dataset *test = delta_dataset_fashion_mnist_new(

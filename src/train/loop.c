@@ -35,7 +35,7 @@ static void add_step(delta_train_result *r, const delta_step_stats *s) {
 }
 
 delta_status train_write_batch(delta_trainer *tr) {
-    const delta_model *m = &tr->shapes[tr->cur].model;
+    const delta_model *m = &tr->shapes[tr->cur]->model;
     delta_status st = delta_session_write(tr->session, m->input,
                                           tr->batch.input,
                                           delta_tensor_bytes(m->input));
@@ -58,7 +58,7 @@ delta_status train_write_batch(delta_trainer *tr) {
 static int64_t step_seq_len(const delta_trainer *tr, int64_t step) {
     const delta_train_config *c = &tr->cfg;
     if (tr->image) return 0;
-    if (!c->seq_len_max) return tr->shapes[0].seq_len;
+    if (!c->seq_len_max) return tr->shapes[0]->seq_len;
     uint64_t r = delta_mix64(delta_mix64(c->seed ^ SEQ_SALT) ^
                              ((uint64_t)step * 0x9e3779b97f4a7c15ULL));
     uint64_t span = (uint64_t)(c->seq_len_max - c->seq_len_min + 1);
@@ -107,9 +107,9 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
                               delta_step_stats *s) {
     const delta_train_config *c = &tr->cfg;
     delta_train_result *r = &tr->result;
-    const delta_model_config *m = &tr->shapes[0].model.cfg;
+    const int64_t batch = tr->shapes[0]->batch; /* the configured one */
     int64_t T = step_seq_len(tr, delta_session_step(tr->session));
-    int64_t n = m->batch;
+    int64_t n = batch;
     if (tr->loader) {
         delta_loader_next_len(tr->loader, &tr->batch, T);
         n = tr->batch.size;
@@ -122,11 +122,11 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
         st = train_write_batch(tr);
         if (st != DELTA_OK) return st;
     }
-    if (!tr->shapes[tr->cur].trained) {
-        tr->shapes[tr->cur].trained = true;
+    if (!tr->shapes[tr->cur]->trained) {
+        tr->shapes[tr->cur]->trained = true;
         r->shapes++;
     }
-    r->partial_batches += n < m->batch;
+    r->partial_batches += n < batch;
     st = delta_session_run(tr->session, DELTA_RUN_STEP, s);
     if (st != DELTA_OK)
         /* the host store's cap is only worth raising when one was set;
@@ -145,8 +145,9 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
     double loss = NAN;
     if (!tr->sim) {
         float l = 0;
-        st = delta_session_read(tr->session, tr->shapes[tr->cur].model.loss,
-                                &l, sizeof l);
+        st = delta_session_read(tr->session,
+                                tr->shapes[tr->cur]->model.loss, &l,
+                                sizeof l);
         if (st != DELTA_OK)
             return train_fail(tr, st, "reading the loss: %s",
                               delta_session_error(tr->session));

@@ -91,7 +91,7 @@ static delta_status setup_ranks(delta_trainer *tr) {
 /* The model line of the run ("model: mlp, 0.11M parameters, ..."). */
 static void info_model(const delta_trainer *tr) {
     const delta_train_config *c = &tr->cfg;
-    const delta_model *model = &tr->shapes[0].model;
+    const delta_model *model = &tr->shapes[0]->model;
     const delta_model_config *m = &model->cfg;
     const char *bf16 = m->precision == DELTA_PRECISION_BF16
                            ? "; precision bf16 (fp32 master weights)" : "";
@@ -176,8 +176,8 @@ static delta_status plan(delta_trainer *tr) {
         return st;
     /* with the logits kept when the run evaluates, as the session keeps
      * them: a 100% budget (and what a plan prints) is what keep needs */
-    delta_tensor *outputs[1] = {tr->shapes[0].model.logits};
-    st = delta_dry_plan_build_outputs(tr->shapes[0].ctx, outputs,
+    delta_tensor *outputs[1] = {tr->shapes[0]->model.logits};
+    st = delta_dry_plan_build_outputs(tr->shapes[0]->ctx, outputs,
                                       train_will_evaluate(tr) ? 1 : 0,
                                       &tr->plan, sub, sizeof sub);
     tr->result.plan_s = train_now() - t0; /* noted with its session's */
@@ -215,7 +215,7 @@ delta_status delta_trainer_plan(const delta_train_config *cfg,
 /* Each epoch's partial batch and the shapes that follow, in words. */
 static void info_epoch(const delta_trainer *tr) {
     const delta_train_config *c = &tr->cfg;
-    const delta_model_config *m = &tr->shapes[0].model.cfg;
+    const delta_model_config *m = &tr->shapes[0]->model.cfg;
     int64_t global = m->batch * tr->ranks;
     int64_t len = tr->loader ? delta_dataset_len(tr->data) : 0;
     int64_t rest = len % (global ? global : 1);
@@ -234,7 +234,7 @@ static void info_epoch(const delta_trainer *tr) {
     char len_str[48] = "";
     if (!tr->image)
         snprintf(len_str, sizeof len_str, " x %" PRId64 " tokens",
-                 tr->shapes[0].seq_len);
+                 tr->shapes[0]->seq_len);
     if (c->seq_len_max || (tr->loader && !c->drop_last && rest / tr->ranks))
         train_info(tr, "shapes change during the run: each shape's program "
                    "is built once and reused%s (batch %" PRId64 "%s)",
@@ -246,8 +246,8 @@ static void info_epoch(const delta_trainer *tr) {
 /* The loader of the training batches, sharded among the ranks. */
 static delta_status open_loader(delta_trainer *tr) {
     const delta_train_config *c = &tr->cfg;
-    const delta_model_config *m = &tr->shapes[0].model.cfg;
-    const delta_model *model = &tr->shapes[0].model;
+    const delta_model_config *m = &tr->shapes[0]->model.cfg;
+    const delta_model *model = &tr->shapes[0]->model;
     delta_status st;
     char sub[512];
     tr->loader = delta_loader_new(tr->data, m->batch, c->seed,

@@ -48,7 +48,8 @@ static void *const_data_of(void *ud, const delta_tensor *t) {
 
 delta_status train_write_constants(delta_trainer *tr) {
     const_buf cb = {0};
-    delta_model_fill_constants(&tr->shapes[tr->cur].model, const_data_of, &cb);
+    delta_model_fill_constants(&tr->shapes[tr->cur]->model, const_data_of,
+                               &cb);
     delta_status st = cb.nomem ? DELTA_ERR_NOMEM : DELTA_OK;
     if (st != DELTA_OK)
         train_fail(tr, st, "out of memory filling the constants");
@@ -143,9 +144,10 @@ static delta_status build_shape(delta_trainer *tr, int64_t batch,
 }
 
 static void shape_free(train_shape *sh) {
+    if (!sh) return;
     delta_ctx_free(sh->ctx);
     free(sh->persist);
-    memset(sh, 0, sizeof *sh);
+    free(sh);
 }
 
 /* "batch 64" or "batch 8 x 37 tokens", for messages. */
@@ -166,11 +168,12 @@ int train_shape_index(delta_trainer *tr, int64_t batch, int64_t seq_len,
     *st = DELTA_OK;
     if (tr->image) seq_len = 0;
     for (int i = 0; i < tr->n_shapes; i++)
-        if (tr->shapes[i].batch == batch && tr->shapes[i].seq_len == seq_len)
+        if (tr->shapes[i]->batch == batch &&
+            tr->shapes[i]->seq_len == seq_len)
             return i;
     if (tr->n_shapes == tr->cap_shapes) {
         int cap = tr->cap_shapes ? 2 * tr->cap_shapes : 4;
-        train_shape *ns = realloc(tr->shapes, sizeof *ns * (size_t)cap);
+        train_shape **ns = realloc(tr->shapes, sizeof *ns * (size_t)cap);
         if (!ns) {
             *st = train_fail(tr, DELTA_ERR_NOMEM, "out of memory");
             return -1;
@@ -178,16 +181,20 @@ int train_shape_index(delta_trainer *tr, int64_t batch, int64_t seq_len,
         tr->shapes = ns;
         tr->cap_shapes = cap;
     }
-    train_shape *sh = &tr->shapes[tr->n_shapes];
+    train_shape *sh = malloc(sizeof *sh);
+    if (!sh) {
+        *st = train_fail(tr, DELTA_ERR_NOMEM, "out of memory");
+        return -1;
+    }
     *st = build_shape(tr, batch, seq_len, sh);
     if (*st != DELTA_OK) {
         shape_free(sh);
         return -1;
     }
-    tr->n_shapes++;
+    tr->shapes[tr->n_shapes++] = sh;
     tr->result.programs = tr->n_shapes;
     if (tr->n_shapes == 1) return 0;
-    const train_shape *m = &tr->shapes[0];
+    const train_shape *m = tr->shapes[0];
     bool same = sh->n_persist == m->n_persist;
     for (int k = 0; same && k < m->n_persist; k++)
         same = !strcmp(delta_tensor_name(sh->persist[k]),
@@ -211,11 +218,11 @@ int train_shape_index(delta_trainer *tr, int64_t batch, int64_t seq_len,
 
 void train_shapes_free(delta_trainer *tr) {
     if (tr->persist_buf && tr->n_shapes)
-        for (int k = 0; k < tr->shapes[0].n_persist; k++)
+        for (int k = 0; k < tr->shapes[0]->n_persist; k++)
             free(tr->persist_buf[k]);
     free(tr->persist_buf);
     tr->persist_buf = NULL;
-    for (int i = 0; i < tr->n_shapes; i++) shape_free(&tr->shapes[i]);
+    for (int i = 0; i < tr->n_shapes; i++) shape_free(tr->shapes[i]);
     free(tr->shapes);
     tr->shapes = NULL;
     tr->n_shapes = tr->cap_shapes = 0;
@@ -230,7 +237,7 @@ void train_note_plan(delta_trainer *tr, double s) {
 
 delta_status train_open_session(delta_trainer *tr, int i) {
     DELTA_ASSERT(!tr->session);
-    train_shape *sh = &tr->shapes[i];
+    train_shape *sh = tr->shapes[i];
     delta_tensor *outputs[1] = {sh->model.logits};
     delta_session_opts so = {
         .backend = tr->backend,
@@ -262,7 +269,7 @@ delta_status train_open_session(delta_trainer *tr, int i) {
 delta_status train_use_shape(delta_trainer *tr, int64_t batch,
                              int64_t seq_len) {
     if (tr->image) seq_len = 0;
-    const train_shape *cur = &tr->shapes[tr->cur];
+    const train_shape *cur = tr->shapes[tr->cur];
     if (tr->session && cur->batch == batch && cur->seq_len == seq_len)
         return DELTA_OK;
     double t0 = train_now();
@@ -270,7 +277,7 @@ delta_status train_use_shape(delta_trainer *tr, int64_t batch,
     int i = train_shape_index(tr, batch, seq_len, &st);
     double build_s = train_now() - t0;
     if (i < 0) return st;
-    train_shape *from = &tr->shapes[tr->cur], *to = &tr->shapes[i];
+    train_shape *from = tr->shapes[tr->cur], *to = tr->shapes[i];
     /* sim computes no values: nothing to carry */
     bool carry = !tr->sim;
     int n = from->n_persist;

@@ -43,7 +43,9 @@ struct delta_trainer {
     delta_batch batch;
     /* Programs by shape; shapes[0] is the main one (the configured batch,
      * the longest sequence), whose dry plan is `plan`. */
-    train_shape *shapes;
+    train_shape **shapes;       /* each its own block: pointers into a
+                                   shape (its model) stay valid as more
+                                   shapes come */
     int n_shapes, cap_shapes;
     int cur;                    /* shape of the session */
     void **persist_buf;         /* host copies while switching sessions */
