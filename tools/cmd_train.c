@@ -23,7 +23,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-"usage: delta train --model NAME [options]\n"
+"usage: delta train (--model NAME | --load FILE) [options]\n"
 "\n"
 "Trains a model on Fashion-MNIST, a text file or synthetic data, inside a\n"
 "device-memory budget, on the CPU or a simulated GPU.\n"
@@ -34,6 +34,7 @@ static void usage(FILE *f) {
 "  --image-size N --channels N --classes N --width N      (image models)\n"
 "  --layers N --hidden N --heads N --seq-len N --vocab N  (transformers;\n"
 "                       --hidden is the hidden width of mlp too)\n"
+"  --positions N        GPT-2's position table (default 1024; n_positions)\n"
 "  --dropout P          transformers (default 0.1); 0 disables it\n"
 "  --precision P        fp32 (default) or bf16: products on BF16 operands\n"
 "                       summed in fp32, BF16 activations, fp32 master\n"
@@ -49,8 +50,9 @@ static void usage(FILE *f) {
 "                       once and reused\n"
 "data:\n"
 "  --data SRC           fashion-mnist, synthetic, a directory of\n"
-"                       Fashion-MNIST idx files (image models) or a text\n"
-"                       file read as bytes (transformers). Default:\n"
+"                       Fashion-MNIST idx files (image models), llm.c's\n"
+"                       token file (FILE.bin: GPT-2 ids, vocab 50257) or a\n"
+"                       text file read as bytes (transformers). Default:\n"
 "                       fashion-mnist for image models when installed\n"
 "                       (else synthetic 28x28x1 images), synthetic tokens\n"
 "                       for transformers. Images set the model's image\n"
@@ -66,7 +68,13 @@ static void usage(FILE *f) {
 "  --seed N             initialization, dropout and data order (default 0)\n"
 "  --no-shuffle         visit the data in file order\n"
 "  --eval-batches N     test batches to evaluate after training on\n"
-"                       Fashion-MNIST (default: the whole test set; 0: none)\n"
+"                       Fashion-MNIST (default: the whole test set; 0: none),\n"
+"                       or validation batches (default 20)\n"
+"  --val-data FILE      language models: validation data (a token or text\n"
+"                       file, as --data); its mean loss over the first\n"
+"                       --eval-batches batches, in file order, after the\n"
+"                       last step\n"
+"  --val-every N        and after every N steps\n"
 "optimizer:\n"
 "  --optimizer NAME     sgd (default for mlp and resnet; momentum 0.9,\n"
 "                       lr 0.05) or adamw (default for transformers; lr\n"
@@ -136,7 +144,10 @@ static void usage(FILE *f) {
 "  --save-dtype D       f32 (default) or bf16: --save's weights rounded to\n"
 "                       BF16 (half the file; --load widens BF16 and F16\n"
 "                       files to fp32); not with --checkpoint-every\n"
-"  --load FILE          start from a checkpoint (delta's or PyTorch's)\n"
+"  --load FILE          start from a checkpoint (delta's or PyTorch's, or\n"
+"                       Hugging Face's GPT-2 model.safetensors); without\n"
+"                       --model, the model is the file's (its metadata,\n"
+"                       config.json beside it, or its shapes)\n"
 "  --checkpoint-every N save a training checkpoint (parameters, optimizer\n"
 "                       state, step, data position) to the --save file\n"
 "                       every N steps, atomically; the final save is one\n"
@@ -185,8 +196,8 @@ enum {
     OPT_HOST_MEMORY, OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_DEVICE_JITTER,
     OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION, OPT_NO_FUSION,
     OPT_SAVE_DTYPE, OPT_RANKS, OPT_ZERO, OPT_BUCKET, OPT_INTERCONNECT,
-    OPT_COMM_TIMEOUT,
-    OPT_LAST = OPT_COMM_TIMEOUT
+    OPT_COMM_TIMEOUT, OPT_VAL_DATA, OPT_VAL_EVERY, OPT_POSITIONS,
+    OPT_LAST = OPT_POSITIONS
 };
 
 static const struct option long_opts[] = {
@@ -200,8 +211,11 @@ static const struct option long_opts[] = {
     {"heads", required_argument, NULL, OPT_HEADS},
     {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
     {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"positions", required_argument, NULL, OPT_POSITIONS},
     {"dropout", required_argument, NULL, OPT_DROPOUT},
     {"data", required_argument, NULL, OPT_DATA},
+    {"val-data", required_argument, NULL, OPT_VAL_DATA},
+    {"val-every", required_argument, NULL, OPT_VAL_EVERY},
     {"batch", required_argument, NULL, OPT_BATCH},
     {"steps", required_argument, NULL, OPT_STEPS},
     {"seed", required_argument, NULL, OPT_SEED},
@@ -369,6 +383,7 @@ static int parse_args(int argc, char **argv, train_config *c,
         case OPT_HEADS: field = &c->run.model.heads; break;
         case OPT_SEQ_LEN: field = &c->run.model.seq_len; break;
         case OPT_VOCAB: field = &c->run.model.vocab; break;
+        case OPT_POSITIONS: field = &c->run.model.positions; break;
         case OPT_BATCH: field = &c->run.model.batch; break;
         case OPT_DROPOUT:
             if (!parse_f64(opt, a, 0, 0.999999, &x, err, sizeof err))
@@ -377,6 +392,12 @@ static int parse_args(int argc, char **argv, train_config *c,
             c->run.dropout_set = true;
             break;
         case OPT_DATA: c->run.data = a; break;
+        case OPT_VAL_DATA: c->run.val_data = a; break;
+        case OPT_VAL_EVERY:
+            if (!parse_i64(opt, a, 1, INT64_MAX, &c->run.val_every, err,
+                           sizeof err))
+                return usage_error("%s", err);
+            break;
         case OPT_STEPS:
             if (!parse_i64(opt, a, 0, 1000000000, &c->steps, err,
                            sizeof err))
@@ -597,9 +618,12 @@ static int parse_args(int argc, char **argv, train_config *c,
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!c->run.model.name && !(ext && ext->model_optional))
+    if (!c->run.model.name && !c->load && !(ext && ext->model_optional))
         return usage_error("no model given: use --model NAME (e.g. --model "
-                           "resnet18)");
+                           "resnet18), or --load FILE to train the model "
+                           "a checkpoint holds");
+    if (c->run.val_every && !c->run.val_data)
+        return usage_error("--val-every N needs --val-data FILE");
     if (gpu_set && c->run.gpu_file)
         return usage_error("--gpu and --gpu-file both name the simulated "
                            "device; give one of them");
@@ -658,7 +682,7 @@ static const int plan_ignores[] = {
     OPT_DROP_LAST, OPT_THREADS, OPT_SAVE, OPT_LOAD, OPT_BACKEND, OPT_GPU,
     OPT_GPU_FILE, OPT_BUDGET, OPT_POLICY, OPT_LINK_BW, OPT_DEVICE_JITTER, OPT_HOST_MEMORY,
     OPT_RUN_AHEAD, OPT_SYNC_EVERY_OP, OPT_CHECK_STREAMS, OPT_INTERCONNECT,
-    OPT_COMM_TIMEOUT,
+    OPT_COMM_TIMEOUT, OPT_VAL_DATA, OPT_VAL_EVERY,
 };
 
 /* "--steps, --lr" of the given options plan ignores into buf; false when
@@ -669,6 +693,9 @@ static bool plan_ignored(char *buf, size_t n) {
     for (size_t i = 0; i < sizeof plan_ignores / sizeof *plan_ignores; i++) {
         int o = plan_ignores[i];
         if (!(given & ((uint64_t)1 << (o - OPT_MODEL)))) continue;
+        /* without --model, --load names the model planned */
+        if (o == OPT_LOAD && !(given & ((uint64_t)1 << (OPT_MODEL - OPT_MODEL))))
+            continue;
         int w = snprintf(buf + used, n - used, "%s--%s", used ? ", " : "",
                          opt_name(o));
         if (w < 0 || (size_t)w >= n - used) break;

@@ -58,14 +58,26 @@ void json_add_number_or_null(cJSON *obj, const char *key, double v) {
         cJSON_AddNullToObject(obj, key);
 }
 
+bool json_log_val(json_log *l, int64_t step, double val_loss) {
+    if (!l) return true;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return false;
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    json_add_number_or_null(o, "val_loss", val_loss);
+    bool ok = json_log_write(l, o);
+    cJSON_Delete(o);
+    return ok;
+}
+
 bool json_log_step(json_log *l, int64_t step, double loss,
                    const delta_step_stats *st, bool budget_limited,
-                   int64_t batch, int64_t seq_len) {
+                   int64_t batch, int64_t seq_len, double val_loss) {
     if (!l) return true;
     cJSON *o = cJSON_CreateObject();
     if (!o) return false;
     cJSON_AddNumberToObject(o, "step", (double)step);
     json_add_number_or_null(o, "loss", loss);
+    if (!isnan(val_loss)) json_add_number_or_null(o, "val_loss", val_loss);
     cJSON_AddNumberToObject(o, "step_s", st->step_s);
     cJSON_AddNumberToObject(o, "peak_device_bytes",
                             (double)st->peak_device_bytes);

@@ -41,10 +41,15 @@ bool json_log_write(json_log *l, const cJSON *obj);
 
 /* One step's line. loss NAN gives null; budget_limited false writes
  * budget_bytes as null (the arena was sized to fit, nobody chose it).
- * batch and seq_len: the step's shape (seq_len 0: not written). */
+ * batch and seq_len: the step's shape (seq_len 0: not written); val_loss:
+ * the validation loss computed after the step (NAN: none, not written). */
 bool json_log_step(json_log *l, int64_t step, double loss,
                    const delta_step_stats *st, bool budget_limited,
-                   int64_t batch, int64_t seq_len);
+                   int64_t batch, int64_t seq_len, double val_loss);
+
+/* A validation's line outside a step's: {"step": step, "val_loss": v}
+ * (step 0: before training, as llm.c validates). */
+bool json_log_val(json_log *l, int64_t step, double val_loss);
 
 /* Adds a number, or null when v is not finite, to obj under key. */
 void json_add_number_or_null(cJSON *obj, const char *key, double v);

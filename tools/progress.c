@@ -1,6 +1,8 @@
 /* Training progress (see progress.h). */
 #include "progress.h"
 
+#include <stdarg.h>
+
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -129,6 +131,24 @@ void progress_step(progress *p, int64_t step, double loss,
         return;
     }
     }
+}
+
+void progress_note(progress *p, const char *fmt, ...) {
+    if (p->mode == PROGRESS_QUIET) return;
+    if (p->mode == PROGRESS_BAR && p->drawn) {
+        /* over the bar: blank it, then the note on its own line */
+        fputc('\r', p->out);
+        for (int i = 0; i < p->drawn; i++) fputc(' ', p->out);
+        fputc('\r', p->out);
+        p->drawn = 0;
+        p->last_draw = 0; /* the bar comes back at the next step */
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(p->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', p->out);
+    fflush(p->out);
 }
 
 void progress_finish(progress *p) {

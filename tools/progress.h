@@ -54,6 +54,11 @@ void progress_init(progress *p, progress_mode mode, FILE *out, int64_t steps,
  * and the session's figures of the step. */
 void progress_step(progress *p, int64_t step, double loss,
                    const delta_step_stats *s);
+/* A line of its own between the reports (a validation loss): printed in
+ * both LINES and BAR mode (the bar is redrawn under it on its next
+ * report), nothing when quiet. */
+void progress_note(progress *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Ends the bar's line (a no-op in the other modes). */
 void progress_finish(progress *p);
 

@@ -170,6 +170,15 @@ delta_status trainer_setup(trainer *t, const train_config *cfg) {
     delta_status st = check_options(t);
     if (st != DELTA_OK) return st;
 
+    /* --load without --model: the model the file holds (delta's metadata,
+     * Hugging Face's config.json beside it, or its shapes) */
+    if (!c->run.model.name && c->load) {
+        char why[1024];
+        st = delta_model_config_pretrained(c->load, &c->run.model, why,
+                                           sizeof why);
+        if (st != DELTA_OK)
+            return trainer_fail(t, st, "%s; give --model NAME", why);
+    }
     delta_train_config run = c->run;
     run.info = t->info;
     run.trace = NULL;
@@ -245,9 +254,13 @@ static bool on_step(const delta_train_step *s, void *ud) {
     if (t->step_log) t->step_log[s->step - x->first - 1] = *s->stats;
     x->p.units_per_step = s->units;
     progress_step(&x->p, s->step, s->loss, s->stats);
+    if (!isnan(s->val_loss))
+        progress_note(&x->p, "step %" PRId64 ": val loss %.4f (%" PRId64
+                      " sequences of %s)", s->step, s->val_loss,
+                      trainer_result(t)->val_samples, t->cfg.run.val_data);
     json_log_step(t->json, s->step, s->loss, s->stats,
                   delta_trainer_budget_bytes(t->tr) != 0, s->batch,
-                  s->seq_len);
+                  s->seq_len, s->val_loss);
     /* a diverged loss: the library ends the run, with no checkpoint of it;
      * every rank has this mean */
     if (!t->sim && !isfinite(s->loss)) {
@@ -279,6 +292,17 @@ delta_status trainer_train(trainer *t) {
                   c->steps, t->image ? "samples" : "tokens", units, t->sim,
                   delta_trainer_budget_bytes(t->tr));
     delta_status st = DELTA_OK;
+    /* as llm.c does, a validation before the first step: the loaded
+     * model's loss, the baseline of a fine-tuning run */
+    if (c->run.val_data && c->run.val_every && x.first == 0 && steps > 0) {
+        double v = NAN;
+        st = lib(t, delta_trainer_validate(t->tr, &v));
+        if (st != DELTA_OK) return st;
+        progress_note(&x.p, "step 0: val loss %.4f (%" PRId64 " sequences "
+                      "of %s)", v, trainer_result(t)->val_samples,
+                      c->run.val_data);
+        json_log_val(t->json, 0, v);
+    }
     if (steps > 0 && before_step(&x, x.first + 1))
         st = lib(t, delta_trainer_train(t->tr, steps, on_step, &x));
     if (st == DELTA_OK) st = x.st;

@@ -42,6 +42,7 @@ static void settings_text(const trainer *t, char *buf, size_t n) {
     SET("--heads", "%" PRId64, m->heads);
     SET("--seq-len", "%" PRId64, m->seq_len);
     SET("--vocab", "%" PRId64, m->vocab);
+    SET("--positions", "%" PRId64, m->positions);
     SET("--precision", "%d", (int)m->precision);
     SET("--batch", "%" PRId64, m->batch);
     SET("--dropout", "%.9g", (double)m->dropout);
@@ -75,6 +76,8 @@ static void settings_text(const trainer *t, char *buf, size_t n) {
     SET("--resume", "%s", c->resume ? c->resume : "none");
     SET("--load", "%s", c->load ? c->load : "none");
     SET("--eval-batches", "%" PRId64, c->run.eval_batches);
+    SET("--val-data", "%s", c->run.val_data ? c->run.val_data : "none");
+    SET("--val-every", "%" PRId64, c->run.val_every);
 #undef SET
 }
 

@@ -111,8 +111,11 @@ delta_status trainer_report(trainer *t) {
                      r->steps_done, bstr, r->train_s, r->final_loss,
                      r->units_per_s, unit, per, peak, budget, c->run.policy);
     if (c->quiet && r->evaluated && n > 0 && (size_t)n < sizeof line)
-        snprintf(line + n, sizeof line - (size_t)n, ", test accuracy %.4f",
-                 r->test_accuracy);
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      ", test accuracy %.4f", r->test_accuracy);
+    if (r->validations && n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n, ", val loss %.4f",
+                 r->val_loss);
     printf("%s\n", line);
     if (!c->quiet) print_policy_totals(t);
     if (!c->quiet) print_shapes(t);
@@ -175,6 +178,11 @@ delta_status trainer_report(trainer *t) {
     json_add_number_or_null(s, "final_loss", r->final_loss);
     cJSON_AddNumberToObject(s, t->image ? "samples_per_s" : "tokens_per_s",
                             r->units_per_s);
+    if (r->validations) {
+        json_add_number_or_null(s, "val_loss", r->val_loss);
+        cJSON_AddNumberToObject(s, "val_samples", (double)r->val_samples);
+        cJSON_AddNumberToObject(s, "val_step", (double)r->val_step);
+    }
     if (r->evaluated) {
         cJSON_AddNumberToObject(s, "test_accuracy", r->test_accuracy);
         json_add_number_or_null(s, "test_loss", r->test_loss);

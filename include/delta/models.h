@@ -157,7 +157,9 @@ DELTA_API void delta_model_fill_constants(const delta_model *m,
  *    the sizes set.
  * Sets cfg->name and fills the architecture fields of *cfg that are 0
  * (a value already set is kept, and the load then checks it against the
- * tensors); batch, seq_len, dropout and precision are left alone. The file
+ * tensors); seq_len, when 0, becomes the positions of a GPT-2 whose table
+ * is shorter than the built-in's default length; batch, dropout and
+ * precision are left alone. The file
  * is mapped, not read. DELTA_ERR_FORMAT (a message in err) when the file
  * says nothing delta can read, DELTA_ERR_IO when it cannot be read. */
 DELTA_API delta_status delta_model_config_pretrained(const char *path,

@@ -105,6 +105,17 @@ typedef struct delta_train_config {
      * < 0 the whole test split, 0 no evaluation (the logits are then not
      * kept, which the dry plan and a percentage budget see) */
     int64_t eval_batches;
+    /* Language models: a validation file, read as `data` is (an llm.c
+     * token file or text), with the training data's sequence length and
+     * vocab. Its mean loss in eval mode over eval_batches batches from its
+     * start, in file order (< 0: 20 batches, llm.c's default, or as many
+     * as the file holds), is computed after every val_every-th step (0:
+     * only after the last step of each delta_trainer_train call) and
+     * handed to the step callback; NULL: none. Data parallel: each rank
+     * validates its shard, and the loss is the mean over every rank's
+     * samples. Not on sim (nothing is computed there). */
+    const char *val_data;
+    int64_t val_every;
     /* a name of delta_backend_names(): "cpu", "sim", "cuda"; NULL: cpu */
     const char *backend;
     /* sim: a preset of delta_gpu_presets() (NULL: v100-16g), a device
@@ -165,6 +176,8 @@ typedef struct delta_train_step {
     int64_t batch, seq_len;     /* the step's shape (seq_len 0: images) */
     double units;               /* samples (images) or tokens of the step,
                                    over every rank */
+    double val_loss;            /* the validation loss computed after this
+                                   step (val_data); NAN when none was */
 } delta_train_step;
 
 /* Called after every step; return false to stop after it (delta_trainer_
@@ -195,6 +208,10 @@ typedef struct delta_train_result {
     bool evaluated;
     double test_accuracy, test_loss;
     int64_t test_samples;
+    /* the last validation (val_data): its loss, samples (over every
+     * rank) and the step after which it ran; validations: how many ran */
+    double val_loss;
+    int64_t val_samples, val_step, validations;
     /* Changing shapes: */
     double plan_s;              /* building programs, dry plans, creating
                                    sessions (the first included) */
@@ -255,6 +272,14 @@ DELTA_API delta_status delta_trainer_train(delta_trainer *tr, int64_t steps,
  * nothing done when the run does not evaluate (delta_trainer_evaluates).
  * The result's evaluated, test_accuracy, test_loss, test_samples. */
 DELTA_API delta_status delta_trainer_evaluate(delta_trainer *tr);
+
+/* The mean loss of cfg.val_data's first batches (see val_data) in eval
+ * mode at the main shape, into *loss (and the result's val_ fields);
+ * DELTA_ERR_STATE without val_data or a session. The training loop calls
+ * it when due; a caller may call it between delta_trainer_train calls
+ * (data parallel: on every rank, it is a collective). */
+DELTA_API delta_status delta_trainer_validate(delta_trainer *tr,
+                                              double *loss);
 
 /* Whether delta_trainer_evaluate evaluates: an image model on
  * Fashion-MNIST, eval_batches != 0, not on sim, rank 0. */

@@ -240,6 +240,11 @@ static delta_status from_gpt2(const char *path, const delta_st_file *f,
     const int64_t src[] = {a.layers, a.hidden, a.heads, a.vocab, a.positions};
     for (int i = 0; i < 5; i++)
         if (!*dst[i]) *dst[i] = src[i];
+    /* a table shorter than the built-in's default length caps it */
+    delta_model_config b = {.name = cfg->name, .batch = 1};
+    if (!cfg->seq_len && delta_model_resolve(&b, &b, NULL, 0) == DELTA_OK &&
+        b.seq_len > cfg->positions)
+        cfg->seq_len = cfg->positions;
     return DELTA_OK;
 }
 

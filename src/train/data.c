@@ -1,5 +1,5 @@
-/* The data a run trains on (train_impl.h): Fashion-MNIST, a text file or
- * synthetic samples, picked by cfg.data and the model family, and the
+/* The data a run trains on (train_impl.h): Fashion-MNIST, a text file,
+ * an llm.c token file or synthetic samples, picked by cfg.data and the model family, and the
  * model's config fitted to it (image size, channels and classes, or vocab
  * and sequence length). On sim only the shapes are wanted: the data is
  * closed again once they are known. */
@@ -155,11 +155,23 @@ static delta_status setup_token_data(delta_trainer *tr, bool masked) {
     }
     if (!d || !strcmp(d, "synthetic")) return open_synthetic(tr, &r, kind);
 
-    /* A text file: byte tokens; the model takes the data's vocab (256, or
-     * 257 with BERT's [MASK]) unless --vocab asks for more. */
-    delta_text_opts o = {.kind = kind, .seq_len = r.seq_len,
-                         .vocab = mc->vocab};
-    tr->data = delta_dataset_text_new(d, &o, &st, sub, sizeof sub);
+    if (train_is_token_file(d)) {
+        /* llm.c's token file: GPT-2's ids (the model's vocab, 50,257 unless
+         * --vocab says otherwise), windows of T consecutive tokens */
+        if (masked)
+            return train_fail(tr, DELTA_ERR_INVALID_ARG, "--data %s is a "
+                              "token file (llm.c's format), whose samples "
+                              "are next-token windows for GPT-2; model %s "
+                              "is a masked language model", d, mc->name);
+        delta_tokens_opts o = {.seq_len = r.seq_len, .vocab = mc->vocab};
+        tr->data = delta_dataset_tokens_new(d, &o, &st, sub, sizeof sub);
+    } else {
+        /* A text file: byte tokens; the model takes the data's vocab (256,
+         * or 257 with BERT's [MASK]) unless --vocab asks for more. */
+        delta_text_opts o = {.kind = kind, .seq_len = r.seq_len,
+                             .vocab = mc->vocab};
+        tr->data = delta_dataset_text_new(d, &o, &st, sub, sizeof sub);
+    }
     if (!tr->data) return train_fail(tr, st, "%s", sub);
     delta_data_info in = delta_dataset_info(tr->data);
     mc->vocab = in.vocab;
@@ -171,6 +183,12 @@ static delta_status setup_token_data(delta_trainer *tr, bool masked) {
     return DELTA_OK;
 }
 
+
+bool train_is_token_file(const char *path) {
+    size_t n = strlen(path);
+    return delta_tokens_file_is(path) ||
+           (n > 4 && !strcmp(path + n - 4, ".bin"));
+}
 
 delta_status train_setup_data(delta_trainer *tr, bool masked) {
     return tr->image ? setup_image_data(tr) : setup_token_data(tr, masked);

@@ -56,7 +56,7 @@ delta_status delta_trainer_evaluate(delta_trainer *tr) {
     double loss_sum = 0;
     for (int64_t b = 0; b < nb; b++) {
         delta_loader_next(l, &tr->batch);
-        st = train_write_batch(tr);
+        st = train_write_batch(tr, &tr->batch);
         if (st != DELTA_OK) goto done;
         st = delta_session_run(tr->session, DELTA_RUN_EVAL, NULL);
         if (st == DELTA_OK)

@@ -2,7 +2,8 @@
  * the batch are drawn, the session moves to the step's shape when it
  * changed, the batch is copied in, the session runs the step, the loss is
  * read (the ranks' mean under data parallel), the figures are added to the
- * run's and the caller is called back. */
+ * run's, the validation loss is computed when due (validate.c) and the
+ * caller is called back. */
 #include "train_impl.h"
 
 #include <inttypes.h>
@@ -34,16 +35,15 @@ static void add_step(delta_train_result *r, const delta_step_stats *s) {
     r->device_busy_s += s->device_busy_s;
 }
 
-delta_status train_write_batch(delta_trainer *tr) {
+delta_status train_write_batch(delta_trainer *tr, const delta_batch *b) {
     const delta_model *m = &tr->shapes[tr->cur]->model;
-    delta_status st = delta_session_write(tr->session, m->input,
-                                          tr->batch.input,
+    delta_status st = delta_session_write(tr->session, m->input, b->input,
                                           delta_tensor_bytes(m->input));
     if (st == DELTA_OK)
-        st = delta_session_write(tr->session, m->target, tr->batch.target,
+        st = delta_session_write(tr->session, m->target, b->target,
                                  delta_tensor_bytes(m->target));
     if (st == DELTA_OK && m->mask)
-        st = delta_session_write(tr->session, m->mask, tr->batch.mask,
+        st = delta_session_write(tr->session, m->mask, b->mask,
                                  delta_tensor_bytes(m->mask));
     if (st != DELTA_OK)
         return train_fail(tr, st, "writing a batch: %s",
@@ -119,7 +119,7 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
     if (st != DELTA_OK) return st;
     if (tr->cur != before) r->switches++;
     if (tr->loader) {
-        st = train_write_batch(tr);
+        st = train_write_batch(tr, &tr->batch);
         if (st != DELTA_OK) return st;
     }
     if (!tr->shapes[tr->cur]->trained) {
@@ -161,7 +161,7 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
     }
     *out = (delta_train_step){
         .step = tr->steps_before + r->steps_done + 1, .loss = loss,
-        .stats = s, .batch = n, .seq_len = T,
+        .stats = s, .batch = n, .seq_len = T, .val_loss = NAN,
         .units = (double)tr->ranks * (tr->image ? (double)n
                                                 : (double)(n * T))};
     return DELTA_OK;
@@ -188,6 +188,10 @@ delta_status delta_trainer_train(delta_trainer *tr, int64_t steps,
         r->steps_done++;
         r->final_loss = step.loss;
         add_step(r, &s);
+        if (train_validation_due(tr, step.step, i == steps - 1)) {
+            st = delta_trainer_validate(tr, &step.val_loss);
+            if (st != DELTA_OK) break;
+        }
         go_on = !fn || fn(&step, user_data);
         if (!tr->sim && !isfinite(step.loss)) {
             st = train_fail(tr, DELTA_ERR_STATE, "the loss is %g at step %"

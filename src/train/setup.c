@@ -119,6 +119,7 @@ static delta_status plan(delta_trainer *tr) {
     delta_train_config *c = &tr->cfg;
     tr->sim = train_on_backend(c, "sim");
     tr->result.final_loss = NAN;
+    tr->result.val_loss = NAN;
     delta_status st = setup_ranks(tr);
     if (st != DELTA_OK) return st;
     if (!c->gpu)
@@ -285,6 +286,7 @@ delta_status delta_trainer_start(delta_trainer *tr) {
     train_note_plan(tr, main_s + train_now() - t0);
     if (st == DELTA_OK) st = train_write_constants(tr);
     if (st == DELTA_OK && tr->data && !tr->sim) st = open_loader(tr);
+    if (st == DELTA_OK) st = train_open_validation(tr);
     if (st == DELTA_OK) info_epoch(tr);
     return st;
 }
@@ -330,6 +332,9 @@ void delta_trainer_free(delta_trainer *tr) {
     delta_batch_release(&tr->batch);
     delta_loader_free(tr->loader);
     delta_dataset_free(tr->data);
+    delta_batch_release(&tr->val_batch);
+    delta_loader_free(tr->val_loader);
+    delta_dataset_free(tr->val_data);
     train_shapes_free(tr);
     free(tr->times);
     free(tr->units);

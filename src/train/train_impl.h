@@ -7,6 +7,7 @@
  *   shapes.c   step programs per shape and switching sessions between them
  *   loop.c     the step loop (delta_trainer_train)
  *   evaluate.c the test split in eval mode (delta_trainer_evaluate)
+ *   validate.c the validation loss of a language model (val_data)
  *
  * Shapes: image batches are (N, C, H, W) F32 with labels (N) I32; token
  * batches are (B, T) I32 with targets (B, T) and, for BERT, an attention
@@ -41,6 +42,12 @@ struct delta_trainer {
     delta_dataset *data;        /* NULL on sim */
     delta_loader *loader;
     delta_batch batch;
+    /* cfg.val_data: its dataset, loader (file order, sharded like the
+     * training loader) and batch; NULL without */
+    delta_dataset *val_data;
+    delta_loader *val_loader;
+    delta_batch val_batch;
+    int64_t val_batches;        /* batches a validation runs */
     /* Programs by shape; shapes[0] is the main one (the configured batch,
      * the longest sequence), whose dry plan is `plan`. */
     train_shape **shapes;       /* each its own block: pointers into a
@@ -107,6 +114,9 @@ delta_status train_set_budget(delta_trainer *tr);
 /* data.c: opens the data for the model family (image or token) and fits
  * cfg.model's image size, channels, classes, vocab and length to it. */
 delta_status train_setup_data(delta_trainer *tr, bool masked);
+/* Whether path is read as llm.c's token file (its magic, or a name ending
+ * in .bin, so that a damaged one is refused as such), not as text. */
+bool train_is_token_file(const char *path);
 
 /* shapes.c */
 /* The shape (batch, seq_len)'s index in tr->shapes, building its program
@@ -127,7 +137,13 @@ delta_status train_use_shape(delta_trainer *tr, int64_t batch,
 void train_note_plan(delta_trainer *tr, double s);
 void train_shapes_free(delta_trainer *tr);
 
-/* loop.c: copies the loader's batch into the session's inputs. */
-delta_status train_write_batch(delta_trainer *tr);
+/* loop.c: copies batch b into the session's inputs. */
+delta_status train_write_batch(delta_trainer *tr, const delta_batch *b);
+
+/* validate.c: opens cfg.val_data with the training data's sequence length
+ * and vocab (a no-op without it); whether a validation is due after step
+ * number `step` (last: the last step of a delta_trainer_train call). */
+delta_status train_open_validation(delta_trainer *tr);
+bool train_validation_due(const delta_trainer *tr, int64_t step, bool last);
 
 #endif
