@@ -108,6 +108,7 @@ typedef struct cand {
     int issue;             /* swap: op (mod n) whose before_op prefetches */
     int lo;                /* swap: first op it relieves (unrolled) */
     int next_of_root;      /* chosen candidates of the same root (list) */
+    double cost;           /* chosen: its priced cost, seconds */
     how eval_how;          /* the director's last verdict ... */
     swap_plan eval_sp;     /* ... and its transfers, for commit */
 } cand;
