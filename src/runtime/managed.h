@@ -194,6 +194,21 @@ uint64_t managed_program_key(const managed *m);
 size_t managed_layout_peak(const managed *m);
 bool managed_replayed(const managed *m);
 
+/* A soft limit on the bytes in use (0: none, the default; set by a policy,
+ * kept until changed): an allocation that would take the bytes in use past
+ * it is treated as one that does not fit (temporaries collected, swap-outs
+ * in flight given back, then the policy's victims, without moving blocks),
+ * and takes the free bytes anyway when the policy has nothing to offer. A
+ * policy that decides online (evicting when an allocation is short) keeps
+ * headroom this way: evicting only at the budget fills the arena, and then
+ * almost every allocation finds no gap and blocks are moved to make one
+ * (in a step that follows no plan). */
+void managed_set_soft_limit(managed *m, size_t bytes);
+/* In choose_victim: true when the allocation fits the budget and only the
+ * soft limit asks for a victim (a policy may then offer only what is cheap
+ * to give up: nothing is taken from it when it offers nothing). */
+bool managed_soft_ask(const managed *m);
+
 /* ---- actions ----------------------------------------------------------- */
 /* Starts copying r (RES_DEVICE, unpinned) to the host store on the to-host
  * stream; its device bytes are released where the step's modelled device

@@ -7,7 +7,15 @@
  * it (its producer's time) and swapping it (the link model's transfer
  * times) and relief is its bytes times the ops until its next use (known
  * from the program). The runtime measures every op and every copy (per
- * direction) meanwhile.
+ * direction) meanwhile. Online steps (this one and the online mode's) drop
+ * under a soft limit 1/32 of the budget below it (managed_set_soft_limit):
+ * evicting only when an allocation does not fit leaves the arena full, so
+ * every allocation then needs blocks moved to make a gap (compaction on
+ * the compute stream: ~1,000 moves a step, 12% of the step, on ResNet-50
+ * b64 at 30% on the simulated H100); with the headroom a gap is there.
+ * Only drops are taken for the soft limit (a swap would be a round trip
+ * compute may wait for); when none is left the allocation takes the free
+ * bytes.
  *
  * Plan (planner.c's dp_plan_build), from the profile:
  *   - timeline: each op's measured time (an average over steps) gives its
@@ -147,6 +155,9 @@ typedef struct delta_pol {
     double T;              /* one step */
     int64_t *excess;       /* per op */
     size_t margin;
+    size_t online_margin;  /* a step that decides online keeps its bytes
+                              in use this far under the budget (the
+                              runtime's soft limit; drops only) */
     /* candidates and choices */
     cand *c;
     int n_c;

@@ -69,6 +69,9 @@ static int delta_hook_choose_victim(void *pp, managed *m, size_t need,
             managed_budget(m) / 4)
         v = -1;
     if (v >= 0) return v;
+    /* for the soft limit only a drop is worth it: a swap is a round trip
+     * on the link, which compute may then wait for */
+    if (managed_soft_ask(m)) return -1;
     int now = managed_cur_op(m);
     if (now < 0) now = 0;
     int best = -1;
@@ -175,6 +178,7 @@ static void *delta_hook_create(managed *m) {
     p->pending = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
     p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
+    p->online_margin = managed_budget(m) / MARGIN_MIN;
     if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
         !p->rd_first || !p->redo || !p->dtr) {
         delta_hook_destroy(p);
@@ -210,6 +214,10 @@ static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
     p->n_pending = 0;
     p->n_redo = 0;
     p->guided = false;
+    /* a training step that decides online (the profile, the online mode)
+     * keeps its bytes in use under a soft limit; see online_margin */
+    managed_set_soft_limit(m, fwd_only ? 0
+                                       : managed_budget(m) - p->online_margin);
     if (fwd_only || !p->have_times) return;
     p->prev_mode = p->steps > 0 ? p->cur_mode : MODE_ONLINE;
     if (!p->priced && p->mode_s[MODE_ONLINE] > 0) {
@@ -238,6 +246,7 @@ static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
         (!p->planned || p->replan || p->plan_mode != p->cur_mode))
         dp_plan_build(p, m, p->cur_mode);
     p->guided = p->cur_mode != MODE_ONLINE && p->planned;
+    if (p->guided) managed_set_soft_limit(m, 0);
     /* a step measures its mode when the step before ran the same plan:
      * the step after a switch still carries the previous plan's state
      * (e.g. optimizer state left in the host store) */
