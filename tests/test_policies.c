@@ -249,10 +249,11 @@ static int h100_resnet50_moves(const char *policy, size_t *live,
 }
 
 /* Where delta's plan costs more than deciding online (ResNet-50 b64 at 30%
- * on the simulated H100: it then drops as DTR does), its online steps keep
- * headroom under the budget (drops for a soft limit 1/32 of the budget
- * below it), so their allocations find gaps: DTR, evicting only when an
- * allocation does not fit, fills the arena and moved 500-1,900 blocks a
+ * on the simulated H100: it then drops as DTR does) and its online steps
+ * spend time moving blocks, it measures them with headroom under the
+ * budget too (drops for a soft limit 1/32 of the budget below it) and
+ * keeps that here: its allocations then find gaps. DTR, evicting only when
+ * an allocation does not fit, fills the arena and moves 500-1,900 blocks a
  * step there (on the compute stream), and so did delta, step for step. */
 static void test_delta_online_keeps_headroom(void) {
     if (only && strcmp(only, "delta")) TEST_SKIP("not selected");

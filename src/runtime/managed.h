@@ -154,6 +154,9 @@ double managed_now(const managed *m);      /* the host's clock, s */
 /* Seconds the last run took on the device (from its start to its copies'
  * and kernels' end), resolved at its end: valid in end_step. */
 double managed_run_seconds(const managed *m);
+/* The figures of the run in progress (delta_step_stats, step_s aside): in
+ * end_step, the whole run's (device_busy_s, stall_s, defrag_moves...). */
+const delta_step_stats *managed_run_stats(const managed *m);
 int64_t managed_clock(const managed *m);   /* ops run so far (accesses) */
 int managed_cur_op(const managed *m);      /* op being run, -1 between */
 int64_t managed_step(const managed *m);    /* step of the current run */

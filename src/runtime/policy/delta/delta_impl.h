@@ -7,15 +7,7 @@
  * it (its producer's time) and swapping it (the link model's transfer
  * times) and relief is its bytes times the ops until its next use (known
  * from the program). The runtime measures every op and every copy (per
- * direction) meanwhile. Online steps (this one and the online mode's) drop
- * under a soft limit 1/32 of the budget below it (managed_set_soft_limit):
- * evicting only when an allocation does not fit leaves the arena full, so
- * every allocation then needs blocks moved to make a gap (compaction on
- * the compute stream: ~1,000 moves a step, 12% of the step, on ResNet-50
- * b64 at 30% on the simulated H100); with the headroom a gap is there.
- * Only drops are taken for the soft limit (a swap would be a round trip
- * compute may wait for); when none is left the allocation takes the free
- * bytes.
+ * direction) meanwhile.
  *
  * Plan (planner.c's dp_plan_build), from the profile:
  *   - timeline: each op's measured time (an average over steps) gives its
@@ -65,7 +57,17 @@
  * full plan is priced against the online step measured: when it predicts
  * a slower step, no planned mode is tried; else the hidden swaps, then
  * the full plan, each until a steady step (one whose previous step ran
- * the same plan) has measured it, and the fastest is kept.
+ * the same plan) has measured it, and the fastest is kept. When that is
+ * the online mode, the online filter is also measured with headroom: a
+ * soft limit 1/32 of the budget under it (managed_set_soft_limit), met
+ * with drops only (a swap would be a round trip compute may wait for).
+ * Evicting only when an allocation does not fit leaves the arena full, and
+ * then almost every allocation needs blocks moved to make a gap (moves on
+ * the compute stream: 500-1,900 a step, the step 1.33x keep's instead of
+ * 1.18x, on ResNet-50 b64 at 30% on the simulated H100); with headroom
+ * the gap is there, for a little more recomputation, which is not always
+ * cheaper (GPT-2 small at 30% on the simulated A100 and V100), so the two
+ * are measured.
  *
  * Re-planning. Op times keep being measured; delta plans again when the
  * measured timeline drifts more than 20% of the step from the one planned
@@ -98,9 +100,16 @@ typedef enum how { HOW_NONE = 0, HOW_SWAP, HOW_DROP } how;
 /* How a step runs. ONLINE: releases on demand only (the profile).
  * PLAN_FULL: the whole plan, swaps and recomputations. PLAN_FREE: only the
  * swaps that hide completely are planned; the rest is left to the online
- * filter at the moment of pressure. The fastest measured mode is kept. */
+ * filter at the moment of pressure. ONLINE_SOFT: ONLINE with headroom (the
+ * runtime's soft limit, online_margin under the budget, met with drops),
+ * tried when an online mode is the fastest. The fastest measured mode is
+ * kept. */
 typedef enum mode { MODE_ONLINE = 0, MODE_PLAN_FULL, MODE_PLAN_FREE,
-                    MODE_COUNT } mode;
+                    MODE_ONLINE_SOFT, MODE_COUNT } mode;
+
+static inline bool dp_mode_planned(mode k) {
+    return k == MODE_PLAN_FULL || k == MODE_PLAN_FREE;
+}
 
 typedef struct swap_plan {
     double out_s, out_e, in_s, in_e, out_deadline, d_out, d_in;
@@ -155,9 +164,12 @@ typedef struct delta_pol {
     double T;              /* one step */
     int64_t *excess;       /* per op */
     size_t margin;
-    size_t online_margin;  /* a step that decides online keeps its bytes
-                              in use this far under the budget (the
-                              runtime's soft limit; drops only) */
+    size_t online_margin;  /* ONLINE_SOFT keeps its bytes in use this far
+                              under the budget (the runtime's soft limit;
+                              drops only) */
+    double online_gap;     /* share of the last online step the device
+                              spent neither computing nor waiting for a
+                              copy: moving blocks, mostly */
     /* candidates and choices */
     cand *c;
     int n_c;
