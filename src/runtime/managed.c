@@ -65,6 +65,9 @@ int64_t managed_step(const managed *m) { return m->step; }
 bool managed_fwd_only(const managed *m) { return m->fwd_only; }
 size_t managed_budget(const managed *m) { return m->arena; }
 size_t managed_in_use(const managed *m) { return m->in_use; }
+void managed_set_soft_limit(managed *m, size_t bytes) { m->soft_limit = bytes; }
+bool managed_soft_ask(const managed *m) { return m->soft_ask; }
+const delta_step_stats *managed_run_stats(const managed *m) { return &m->st; }
 size_t managed_arena_bytes(const managed *m) { return m->arena; }
 int64_t managed_steps_done(const managed *m) { return m->steps_done; }
 delta_plan_cache *managed_plan_cache(const managed *m) { return m->plans; }

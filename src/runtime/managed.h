@@ -154,6 +154,9 @@ double managed_now(const managed *m);      /* the host's clock, s */
 /* Seconds the last run took on the device (from its start to its copies'
  * and kernels' end), resolved at its end: valid in end_step. */
 double managed_run_seconds(const managed *m);
+/* The figures of the run in progress (delta_step_stats, step_s aside): in
+ * end_step, the whole run's (device_busy_s, stall_s, defrag_moves...). */
+const delta_step_stats *managed_run_stats(const managed *m);
 int64_t managed_clock(const managed *m);   /* ops run so far (accesses) */
 int managed_cur_op(const managed *m);      /* op being run, -1 between */
 int64_t managed_step(const managed *m);    /* step of the current run */
@@ -193,6 +196,21 @@ uint64_t managed_program_key(const managed *m);
  * training step took every allocation from its plan. */
 size_t managed_layout_peak(const managed *m);
 bool managed_replayed(const managed *m);
+
+/* A soft limit on the bytes in use (0: none, the default; set by a policy,
+ * kept until changed): an allocation that would take the bytes in use past
+ * it is treated as one that does not fit (temporaries collected, swap-outs
+ * in flight given back, then the policy's victims, without moving blocks),
+ * and takes the free bytes anyway when the policy has nothing to offer. A
+ * policy that decides online (evicting when an allocation is short) keeps
+ * headroom this way: evicting only at the budget fills the arena, and then
+ * almost every allocation finds no gap and blocks are moved to make one
+ * (in a step that follows no plan). */
+void managed_set_soft_limit(managed *m, size_t bytes);
+/* In choose_victim: true when the allocation fits the budget and only the
+ * soft limit asks for a victim (a policy may then offer only what is cheap
+ * to give up: nothing is taken from it when it offers nothing). */
+bool managed_soft_ask(const managed *m);
 
 /* ---- actions ----------------------------------------------------------- */
 /* Starts copying r (RES_DEVICE, unpinned) to the host store on the to-host

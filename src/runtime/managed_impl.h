@@ -129,6 +129,11 @@ struct managed {
     mg_slot *order;            /* (bytes, scratch slot) of the blocks to
                                   move, largest first (making a gap) */
     size_t in_use;             /* device bytes held */
+    size_t soft_limit;         /* 0, or the bytes in use past which an
+                                  allocation asks for victims before it
+                                  takes free bytes (managed_set_soft_limit) */
+    bool soft_ask;             /* choose_victim is being asked only because
+                                  of the soft limit */
     double *op_s;              /* per op: last measured seconds */
     bool *op_measured;
     int cur_op;                /* op of the run being run, -1 between */

@@ -698,6 +698,8 @@ static bool settle_oldest_swap_in(managed *m) {
 static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
                       delta_stream s, size_t *off) {
     size_t need = delta_pool_round(bytes);
+    /* the policy's soft limit, until the policy has nothing to offer */
+    bool soft = m->soft_limit > 0 && m->soft_limit < m->arena;
     for (;;) {
         size_t at = 0;
         delta_replay_next nx =
@@ -709,7 +711,8 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
         delta_pool_stats ps;
         delta_pool_get_stats(m->pool, &ps);
         bool room = ps.live_bytes + need <= ps.capacity;
-        if (nx == DELTA_REPLAY_BUSY && room) {
+        bool under = !soft || ps.live_bytes + need <= m->soft_limit;
+        if (nx == DELTA_REPLAY_BUSY && room && under) {
             /* what the recorded step had released by now: temporaries,
              * and swap-outs in the way (ahead of landing: the allocation's
              * first user waits for their copies on the device) */
@@ -720,9 +723,10 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
         /* BUSY without room: the recorded step evicted here too; the
          * remedies below run without taking anything online */
         bool busy = nx == DELTA_REPLAY_BUSY;
-        if (!busy && pool_take(m, bytes, key, untraced, s, off)) return true;
+        if (!busy && under && pool_take(m, bytes, key, untraced, s, off))
+            return true;
         if (m->fail_st != DELTA_OK) return false;
-        if (!busy && room && !delta_replay_replaying(m->rp)) {
+        if (!busy && room && under && !delta_replay_replaying(m->rp)) {
             delta_pool_get_stats(m->pool, &ps);
             if (ps.largest_free < need) {
                 make_gap(m, need);
@@ -736,9 +740,11 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
         if (!m->pol->victims_before_waits && release_oldest_swap_out(m))
             continue;
         bool drop = false;
+        m->soft_ask = room && !under;
         int v = m->pol->choose_victim
                     ? m->pol->choose_victim(m->pst, m, need, &drop)
                     : -1;
+        m->soft_ask = false;
         if (v < 0 && m->pol->victims_before_waits &&
             release_oldest_swap_out(m))
             continue;
@@ -746,6 +752,10 @@ static bool dev_alloc(managed *m, size_t bytes, int key, bool untraced,
          * resident and the policy is asked again (it may send it back for
          * free) */
         if (v < 0 && settle_oldest_swap_in(m)) continue;
+        if (v < 0 && soft) { /* over the soft limit only: take the bytes */
+            soft = false;
+            continue;
+        }
         if (v < 0) {
             int i = m->cur_op >= 0 ? m->cur_op : 0;
             const delta_op *op = &m->ctx->ops[i];

@@ -57,7 +57,17 @@
  * full plan is priced against the online step measured: when it predicts
  * a slower step, no planned mode is tried; else the hidden swaps, then
  * the full plan, each until a steady step (one whose previous step ran
- * the same plan) has measured it, and the fastest is kept.
+ * the same plan) has measured it, and the fastest is kept. When that is
+ * the online mode, the online filter is also measured with headroom: a
+ * soft limit 1/32 of the budget under it (managed_set_soft_limit), met
+ * with drops only (a swap would be a round trip compute may wait for).
+ * Evicting only when an allocation does not fit leaves the arena full, and
+ * then almost every allocation needs blocks moved to make a gap (moves on
+ * the compute stream: 500-1,900 a step, the step 1.33x keep's instead of
+ * 1.18x, on ResNet-50 b64 at 30% on the simulated H100); with headroom
+ * the gap is there, for a little more recomputation, which is not always
+ * cheaper (GPT-2 small at 30% on the simulated A100 and V100), so the two
+ * are measured.
  *
  * Re-planning. Op times keep being measured; delta plans again when the
  * measured timeline drifts more than 20% of the step from the one planned
@@ -90,9 +100,16 @@ typedef enum how { HOW_NONE = 0, HOW_SWAP, HOW_DROP } how;
 /* How a step runs. ONLINE: releases on demand only (the profile).
  * PLAN_FULL: the whole plan, swaps and recomputations. PLAN_FREE: only the
  * swaps that hide completely are planned; the rest is left to the online
- * filter at the moment of pressure. The fastest measured mode is kept. */
+ * filter at the moment of pressure. ONLINE_SOFT: ONLINE with headroom (the
+ * runtime's soft limit, online_margin under the budget, met with drops),
+ * tried when an online mode is the fastest. The fastest measured mode is
+ * kept. */
 typedef enum mode { MODE_ONLINE = 0, MODE_PLAN_FULL, MODE_PLAN_FREE,
-                    MODE_COUNT } mode;
+                    MODE_ONLINE_SOFT, MODE_COUNT } mode;
+
+static inline bool dp_mode_planned(mode k) {
+    return k == MODE_PLAN_FULL || k == MODE_PLAN_FREE;
+}
 
 typedef struct swap_plan {
     double out_s, out_e, in_s, in_e, out_deadline, d_out, d_in;
@@ -108,6 +125,7 @@ typedef struct cand {
     int issue;             /* swap: op (mod n) whose before_op prefetches */
     int lo;                /* swap: first op it relieves (unrolled) */
     int next_of_root;      /* chosen candidates of the same root (list) */
+    double cost;           /* chosen: its priced cost, seconds */
     how eval_how;          /* the director's last verdict ... */
     swap_plan eval_sp;     /* ... and its transfers, for commit */
 } cand;
@@ -146,6 +164,12 @@ typedef struct delta_pol {
     double T;              /* one step */
     int64_t *excess;       /* per op */
     size_t margin;
+    size_t online_margin;  /* ONLINE_SOFT keeps its bytes in use this far
+                              under the budget (the runtime's soft limit;
+                              drops only) */
+    double online_gap;     /* share of the last online step the device
+                              spent neither computing nor waiting for a
+                              copy: moving blocks, mostly */
     /* candidates and choices */
     cand *c;
     int n_c;

@@ -69,6 +69,9 @@ static int delta_hook_choose_victim(void *pp, managed *m, size_t need,
             managed_budget(m) / 4)
         v = -1;
     if (v >= 0) return v;
+    /* for the soft limit only a drop is worth it: a swap is a round trip
+     * on the link, which compute may then wait for */
+    if (managed_soft_ask(m)) return -1;
     int now = managed_cur_op(m);
     if (now < 0) now = 0;
     int best = -1;
@@ -175,6 +178,7 @@ static void *delta_hook_create(managed *m) {
     p->pending = malloc(sizeof(int) * ((size_t)p->n_roots + 1));
     p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
+    p->online_margin = managed_budget(m) / MARGIN_MIN;
     if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
         !p->rd_first || !p->redo || !p->dtr) {
         delta_hook_destroy(p);
@@ -198,7 +202,21 @@ static mode next_mode(delta_pol *p) {
     mode best = MODE_ONLINE;
     for (int k = 0; k < MODE_COUNT; k++)
         if (p->mode_s[k] > 0 && p->mode_s[k] < p->mode_s[best]) best = (mode)k;
+    /* online is the fastest (or the plans were priced out) and its steps
+     * spend time moving blocks: the online filter with headroom is
+     * measured too */
+    if (best == MODE_ONLINE && p->mode_s[MODE_ONLINE_SOFT] <= 0 &&
+        p->online_gap > SHORT_SLACK)
+        return MODE_ONLINE_SOFT;
     return best;
+}
+
+/* The online step measured, with or without headroom, whichever is faster;
+ * 0 when none was. */
+static double online_s(const delta_pol *p) {
+    double a = p->mode_s[MODE_ONLINE], b = p->mode_s[MODE_ONLINE_SOFT];
+    if (a <= 0 || (b > 0 && b < a)) return b;
+    return a;
 }
 
 static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
@@ -210,9 +228,10 @@ static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
     p->n_pending = 0;
     p->n_redo = 0;
     p->guided = false;
+    managed_set_soft_limit(m, 0);
     if (fwd_only || !p->have_times) return;
     p->prev_mode = p->steps > 0 ? p->cur_mode : MODE_ONLINE;
-    if (!p->priced && p->mode_s[MODE_ONLINE] > 0) {
+    if (!p->priced && online_s(p) > 0) {
         /* before any trial, the full plan is priced: when it predicts a
          * slower step than the online one measured, no planned mode is
          * tried (a trial costs two steps; the plan's recomputation costs
@@ -225,7 +244,7 @@ static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
         if (!p->planned || p->replan || p->plan_mode != MODE_PLAN_FULL)
             dp_plan_build(p, m, MODE_PLAN_FULL);
         p->priced_out = p->planned &&
-                        p->T + p->plan_cost > p->mode_s[MODE_ONLINE];
+                        p->T + p->plan_cost > online_s(p);
         /* a mode priced out is never chosen (until the times drift): its
          * prediction against noisy online steps would pick it now and then
          * for a trial it lost already on paper */
@@ -234,10 +253,12 @@ static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
         p->priced = true;
     }
     p->cur_mode = next_mode(p);
-    if (p->cur_mode != MODE_ONLINE &&
+    if (dp_mode_planned(p->cur_mode) &&
         (!p->planned || p->replan || p->plan_mode != p->cur_mode))
         dp_plan_build(p, m, p->cur_mode);
-    p->guided = p->cur_mode != MODE_ONLINE && p->planned;
+    p->guided = dp_mode_planned(p->cur_mode) && p->planned;
+    if (p->cur_mode == MODE_ONLINE_SOFT)
+        managed_set_soft_limit(m, managed_budget(m) - p->online_margin);
     /* a step measures its mode when the step before ran the same plan:
      * the step after a switch still carries the previous plan's state
      * (e.g. optimizer state left in the host store) */
@@ -285,11 +306,28 @@ static void delta_hook_end_step(void *pp, managed *m, bool ok) {
             slower = true;
         }
         p->mode_s[k] = t; /* selection goes by the latest steady step */
+        /* the online filter with and without headroom is a choice made
+         * once: the steps after a switch back run on an arena the other
+         * left scattered (more moves), and a second trial would measure
+         * that */
+        if (k == MODE_ONLINE_SOFT)
+            p->mode_s[t < p->mode_s[MODE_ONLINE] ? MODE_ONLINE
+                                                 : MODE_ONLINE_SOFT] = HUGE_VAL;
+    }
+    if (!p->have_times || p->cur_mode == MODE_ONLINE) {
+        const delta_step_stats *st = managed_run_stats(m);
+        p->online_gap =
+            t > 0 ? (t - st->device_busy_s - st->stall_s) / t : 0;
     }
     p->have_times = true;
     p->steps++;
     memo_save(p, m);
-    if (!p->guided) return;
+    if (!p->guided) {
+        if (getenv("DELTA_DEBUG_PLAN"))
+            fprintf(stderr, "end step: mode %d %.4f s online, gap %.3f\n",
+                    p->cur_mode, t, p->online_gap);
+        return;
+    }
     if (slower) {
         /* a tighter target cost more than the online help it saved: back to
          * the best one, and no more tightening */
@@ -327,12 +365,13 @@ static void delta_hook_end_step(void *pp, managed *m, bool ok) {
         bool complete = true;
         for (int k = 0; k < MODE_COUNT; k++) {
             double b = p->mode_s[k];
-            if (k != MODE_ONLINE && b <= 0) complete = false;
+            if (dp_mode_planned((mode)k) && b <= 0) complete = false;
             if (b > 0 && b < HUGE_VAL && (best <= 0 || b < best)) best = b;
         }
-        for (int k = MODE_PLAN_FULL; k < MODE_COUNT; k++) {
+        for (int k = 0; k < MODE_COUNT; k++) {
             double b = p->mode_s[k];
-            if (b > 0 && b < HUGE_VAL && (!complete || b > LOST_BY * best))
+            if (!dp_mode_planned((mode)k) ||
+                (b > 0 && b < HUGE_VAL && (!complete || b > LOST_BY * best)))
                 continue;
             p->mode_s[k] = p->best_s[k] = 0;
         }

@@ -3,16 +3,34 @@
 #include "runtime/policy/delta/knapsack.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* A free item still ranks by value: an epsilon cost keeps the ratio
  * finite and orders free items by the bytes they relieve. */
 #define KS_EPS_S 1e-7
 
 int64_t ks_value(const int64_t *excess, const ks_eval *e) {
-    int64_t v = 0, b = (int64_t)e->bytes;
+    /* how much the item lowers the sum of the positive excesses: its
+     * relief at over-target ops, less what its extra load adds where that
+     * lands over the target (a recomputation's temporaries at an op over
+     * the target already can make it worth nothing) */
+    int64_t v = 0, b = (int64_t)e->bytes, x = (int64_t)e->extra_bytes;
+    bool extra_inside = false;
     for (int r = 0; r < 2; r++)
-        for (int i = e->lo[r]; i <= e->hi[r]; i++)
-            if (excess[i] > 0) v += excess[i] < b ? excess[i] : b;
+        for (int i = e->lo[r]; i <= e->hi[r]; i++) {
+            int64_t after = excess[i] - b;
+            if (i == e->extra_op) {
+                after += x;
+                extra_inside = true;
+            }
+            int64_t before = excess[i] > 0 ? excess[i] : 0;
+            v += before - (after > 0 ? after : 0);
+        }
+    if (e->extra_op >= 0 && x > 0 && !extra_inside) {
+        int64_t before = excess[e->extra_op];
+        int64_t after = before + x;
+        v -= (after > 0 ? after : 0) - (before > 0 ? before : 0);
+    }
     return v;
 }
 
@@ -56,32 +74,46 @@ static bool any_excess(const ks_problem *p) {
 }
 
 /* Drops chosen items, most expensive first, while the cover holds without
- * them. */
+ * them; in passes until one drops nothing: dropping an item also takes its
+ * extra load away (a recomputation's temporaries), which can make an item
+ * kept earlier in the pass redundant. */
 static void clean_up(ks_problem *p, ks_result *res, int *ids,
                      ks_eval *ev, int n) {
-    for (int done = 0; done < n; done++) {
-        int best = -1;
-        for (int i = 0; i < n; i++)
-            if (ids[i] >= 0 && (best < 0 || ev[i].cost > ev[best].cost)) best = i;
-        if (best < 0 || ev[best].cost <= 0) return;
-        ks_eval *e = &ev[best];
-        int64_t b = (int64_t)e->bytes;
-        bool needed = false;
-        for (int r = 0; r < 2 && !needed; r++)
-            for (int i = e->lo[r]; i <= e->hi[r] && !needed; i++) {
-                int64_t extra = i == e->extra_op ? (int64_t)e->extra_bytes : 0;
-                needed = p->excess[i] + b - extra > 0;
-            }
-        int k = ids[best];
-        ids[best] = -1;
-        if (needed) continue;
-        for (int r = 0; r < 2; r++)
-            for (int i = e->lo[r]; i <= e->hi[r]; i++) p->excess[i] += b;
-        if (e->extra_op >= 0) p->excess[e->extra_op] -= (int64_t)e->extra_bytes;
-        p->uncommit(p->user, k);
-        res->chosen--;
-        res->cost -= e->cost;
+    bool *checked = malloc((size_t)n + 1);
+    if (!checked) return; /* the cover holds as it is */
+    for (bool again = true; again;) {
+        again = false;
+        memset(checked, 0, (size_t)n + 1);
+        for (;;) {
+            int best = -1;
+            for (int i = 0; i < n; i++)
+                if (ids[i] >= 0 && !checked[i] &&
+                    (best < 0 || ev[i].cost > ev[best].cost))
+                    best = i;
+            if (best < 0 || ev[best].cost <= 0) break;
+            checked[best] = true;
+            ks_eval *e = &ev[best];
+            int64_t b = (int64_t)e->bytes;
+            bool needed = false;
+            for (int r = 0; r < 2 && !needed; r++)
+                for (int i = e->lo[r]; i <= e->hi[r] && !needed; i++) {
+                    int64_t extra =
+                        i == e->extra_op ? (int64_t)e->extra_bytes : 0;
+                    needed = p->excess[i] + b - extra > 0;
+                }
+            if (needed) continue;
+            for (int r = 0; r < 2; r++)
+                for (int i = e->lo[r]; i <= e->hi[r]; i++) p->excess[i] += b;
+            if (e->extra_op >= 0)
+                p->excess[e->extra_op] -= (int64_t)e->extra_bytes;
+            p->uncommit(p->user, ids[best]);
+            ids[best] = -1;
+            res->chosen--;
+            res->cost -= e->cost;
+            again = true;
+        }
     }
+    free(checked);
 }
 
 bool ks_solve(ks_problem *p, ks_result *res) {

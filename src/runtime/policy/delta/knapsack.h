@@ -6,15 +6,19 @@
  * seconds of overhead. excess[i] is how far op i's load is above the
  * target. Choose items so that every op's excess is covered, at least total
  * cost: a covering knapsack with one dimension per op (NP-hard). The
- * heuristic is greedy by value / cost, where value is the bytes an item
- * relieves at over-target ops (sum over its ops of min(bytes, excess)); a
- * lazy priority queue re-evaluates only the top (values only fall as the
- * excess falls, so stale values are upper bounds). Costs may change as
- * items are chosen (a swap's exposed time depends on the link's occupancy):
- * the caller re-evaluates an item through a callback, which may also add
- * load (a recomputation's temporaries at its op). A clean-up pass then
- * drops chosen items, most expensive first, whose bytes the cover no
- * longer needs (greedy picks made redundant by later ones).
+ * heuristic is greedy by value / cost, where value is how much an item
+ * lowers the sum of the positive excesses: the bytes it relieves at
+ * over-target ops (sum over its ops of min(bytes, excess)) less what its
+ * extra load adds over the target; a lazy priority queue re-evaluates only
+ * the top (values mostly fall as the excess falls, so stale values are
+ * taken as upper bounds; an item's extra load weighs less once the op it
+ * lands on is covered, which the queue sees only when it pops the item). Costs may change as items are chosen (a swap's exposed
+ * time depends on the link's occupancy): the caller re-evaluates an item
+ * through a callback, which may also add load (a recomputation's
+ * temporaries at its op). Clean-up passes then drop chosen items, most
+ * expensive first, whose bytes the cover no longer needs (greedy picks
+ * made redundant by later ones, or by the removal of an item whose extra
+ * load they covered), until a pass drops nothing.
  * tests/test_knapsack.c compares it with an exact solver on small
  * instances. */
 #ifndef DELTA_KNAPSACK_H

@@ -145,6 +145,22 @@ static bool plan_solve(delta_pol *p, managed *m, mode md,
         fprintf(stderr, "plan%s: %d cands, %d swaps (%.0f MiB), %d drops (%.0f MiB), cost %.4f s, worst excess %lld, T %.4f, evals %d, planned in %.3f s\n",
                 recompute_first ? " (recompute first)" : "", p->n_c, sw, swb / 1048576, dr, drb / 1048576, res->cost, (long long)res->worst_excess, p->T, res->evaluations, wall_s() - w0);
     }
+    if (getenv("DELTA_DEBUG_PLAN") && atoi(getenv("DELTA_DEBUG_PLAN")) > 1) {
+        /* every chosen release: what it is, its interval, its price */
+        static const char *const kinds[] = {"param", "input", "const", "state",
+                                            "activation", "grad"};
+        for (int k = 0; k < p->n_c; k++) {
+            const cand *c = &p->c[k];
+            if (c->how == HOW_NONE) continue;
+            const root_view *v = managed_root(m, c->r);
+            fprintf(stderr, "  %s %s %d (%s) %.1f MiB after op %d, back by %d, cost %.6f s%s\n",
+                    c->how == HOW_SWAP ? "swap" : "drop",
+                    (unsigned)v->kind < 6 ? kinds[v->kind] : "?", c->r,
+                    delta_tensor_name(ctx->tensors[c->r]),
+                    (double)v->bytes / 1048576, c->a, c->b, c->cost,
+                    c->how == HOW_SWAP && c->eval_sp.sync ? " (exposed)" : "");
+        }
+    }
     p->plan_cost = res->cost;
     return true;
 }

@@ -321,7 +321,7 @@ void dp_commit_cand(void *user, int k, const ks_eval *e) {
     eval_ctx *x = user;
     delta_pol *p = x->p;
     cand *c = &p->c[k];
-    (void)e;
+    c->cost = e->cost;
     c->how = c->eval_how;
     c->b = c->eval_b;
     if (c->how == HOW_SWAP) {
