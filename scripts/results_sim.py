@@ -30,7 +30,7 @@ then counts as failing its threshold), MB_TIMEOUT (per maxbatch search,
 default 900), MB_DEVICES (default a100-80g: the fp32 rows searched),
 MP_MODELS (row keys, default resnet50,bert384,gpt2l) and MP_DEVICES (default
 h100-80g,h200-141g): the mixed-precision rows, MB_MP (default 1: search their
-largest batch too; 0 leaves it out), MB_RESUME (see run_maxbatch), MODE (render or maxbatch: see
+largest batch too; 0 leaves it out), MB_RESUME (see run_maxbatch), MODE (render, maxbatch or why: see
 again()), AGAIN (a comma-separated list of policies: only theirs are
 measured again; every other policy's figures, and the max-batch searches,
 are taken from the last OUT_DIR/sim.json, for a change to one policy)."""
@@ -197,7 +197,9 @@ def train(args, policy, budget):
             "dropped": mean("dropped_bytes"),
             "recomputed_ops": mean("recomputed_ops"),
             "recompute_s": mean("recompute_s"),
-            "stall_s": mean("stall_s")}
+            "stall_s": mean("stall_s"),
+            "defrag_bytes": mean("defrag_bytes"),
+            "defrag_moves": mean("defrag_moves")}
 
 
 def search(args, policy, keep, peak, floor):
@@ -358,10 +360,21 @@ def gib(b):
 def again():
     """MODE=render: the Markdown again from OUT_DIR/sim.json; MODE=maxbatch:
     only the max-batch runs, merged into it (the rest is deterministic and
-    slow to measure again)."""
+    slow to measure again); MODE=why: only the runs of the why tables, at
+    their keep's budgets (a few minutes)."""
     rows = build_rows()
     path = os.path.join(OUT, "sim.json")
     data = json.load(open(path))
+    if MODE == "why":
+        with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
+            futs = {f"{r.key}@{frac}@{p}": pool.submit(why_job, r, p, data["rows"][r.key]["keep"], frac)
+                    for r in rows if r.why and data["rows"][r.key]["keep"]["rc"] == 0
+                    for frac in WHY_BUDGETS for p in ("delta", "autoswap", "dtr")}
+            data["why"].update({k: f.result() for k, f in futs.items()})
+        data["why_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start))
+        data["why_s"] = time.time() - t_start
+        json.dump(data, open(path + ".tmp", "w"), indent=1)
+        os.replace(path + ".tmp", path)
     if MODE == "maxbatch" and has_maxbatch():
         with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
             run_maxbatch(pool, rows, data, path)
@@ -370,7 +383,7 @@ def again():
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    if MODE in ("render", "maxbatch"):
+    if MODE in ("render", "maxbatch", "why"):
         return again()
     rows = build_rows()
     data = {"steps": STEPS, "res": RES, "rows": {}}
@@ -861,11 +874,13 @@ def mixed_precision(mp, data, mb, w):
     w("### What delta released in bf16, and what it cost\n")
     w("As in \"Why each choice\", at 70/50/30% of each precision's own peak: delta's bytes swapped "
       "out and dropped per step, the swapped share of what it released (swapped / (swapped + "
-      "dropped)), the stall and the recomputation, and its overhead beside the swap-only and the "
-      "recompute-only peer at the same budget.\n")
+      "dropped)), the stall and the recomputation, its overhead beside the swap-only and the "
+      "recompute-only peer at the same budget, and the bytes delta's and dtr's steps moved "
+      "within the arena to compact it (`defrag_bytes`: an online step makes room for a block "
+      "by moving live ones; a replayed plan needs none).\n")
     table_head(w, ["row", "device", "budget", "precision", "swapped out GiB", "dropped GiB",
                    "swapped share", "stall s", "recompute s", "delta", "autoswap (swap only)",
-                   "dtr (recompute only)"])
+                   "dtr (recompute only)", "compacted GiB: delta, dtr"])
     pairs = [(MODELS[i], g) for i, g in
              dict.fromkeys((MODELS.index(r.m), r.gpu) for r in mp)]
     byk = {(r.m[0], r.gpu, r.prec): r for r in mp}
@@ -886,7 +901,9 @@ def mixed_precision(mp, data, mb, w):
                 cols = c["cols"][:2] + ["" if sh is None else f"{sh:.0%}"] + c["cols"][2:]
                 w(f"| {m[0]} | {r.dev} | {frac:.0%} ({gib(b)} GiB) | {prec} | " +
                   " | ".join(cols) +
-                  f" | {c['ov']['delta']} | {c['ov']['autoswap']} | {c['ov']['dtr']} |")
+                  f" | {c['ov']['delta']} | {c['ov']['autoswap']} | {c['ov']['dtr']} | " +
+                  ", ".join(gib(x[p]["defrag_bytes"]) if x[p] and "defrag_bytes" in x[p] else "–"
+                            for p in ("delta", "dtr")) + " |")
                 why_tally(tally[prec], x)
                 why_refused(tally[prec], x)
                 if sh is not None:
