@@ -360,15 +360,15 @@ def gib(b):
 def again():
     """MODE=render: the Markdown again from OUT_DIR/sim.json; MODE=maxbatch:
     only the max-batch runs, merged into it (the rest is deterministic and
-    slow to measure again); MODE=why: only the runs of the why tables, at
-    their keep's budgets (a few minutes)."""
+    slow to measure again); MODE=why: only the mixed-precision section's
+    runs of its why table, at their keep's budgets (a few minutes)."""
     rows = build_rows()
     path = os.path.join(OUT, "sim.json")
     data = json.load(open(path))
     if MODE == "why":
         with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
             futs = {f"{r.key}@{frac}@{p}": pool.submit(why_job, r, p, data["rows"][r.key]["keep"], frac)
-                    for r in rows if r.why and data["rows"][r.key]["keep"]["rc"] == 0
+                    for r in rows if r.mp and data["rows"][r.key]["keep"]["rc"] == 0
                     for frac in WHY_BUDGETS for p in ("delta", "autoswap", "dtr")}
             data["why"].update({k: f.result() for k, f in futs.items()})
         data["why_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start))
@@ -835,10 +835,125 @@ def link_rate(desc):
         return None
 
 
-def mp_paragraph(data, pairs, byk, moves):
-    """How and why delta's choices moved from fp32 to bf16 (written for the
-    figures above; each claim checked against them)."""
-    return ""
+def mp_paragraph(data, pairs, byk):
+    """How and why delta's choices moved from fp32 to bf16, in words whose
+    figures and directions come from the runs above."""
+    rng = lambda v, f: "–" if not v else (f(min(v)) if f(min(v)) == f(max(v))
+                                          else f"{f(min(v))}–{f(max(v))}")
+    pc = lambda v: f"{v:.0%}"
+    xx = lambda v: f"{v:.2f}×"
+    both = []  # (m, g, fp32 row, bf16 row) whose keeps ran
+    for m, g in pairs:
+        a, b = byk.get((m[0], g, "fp32")), byk.get((m[0], g, "bf16"))
+        if a and b and all(data["rows"][r.key]["keep"]["rc"] == 0 for r in (a, b)):
+            both.append((m, g, a, b))
+    if not both:
+        return ""
+
+    def why(r, frac, p):
+        x = data["why"].get(f"{r.key}@{frac}@{p}")
+        return x if x and x["rc"] == 0 else None
+
+    def ov(r, frac, p):
+        x = why(r, frac, p)
+        return x and x["step_s"] / data["rows"][r.key]["keep"]["step_s"]
+
+    out = []
+    # the mix, budget by budget
+    for frac in WHY_BUDGETS:
+        cells = [(share(why(a, frac, "delta")), share(why(b, frac, "delta")))
+                 for m, g, a, b in both if why(a, frac, "delta") and why(b, frac, "delta")]
+        cells = [(x, y) for x, y in cells if x is not None and y is not None]
+        if not cells:
+            continue
+        down = sum(1 for x, y in cells if y < x - 0.05)
+        up = sum(1 for x, y in cells if y > x + 0.05)
+        stall = [(why(a, frac, "delta")["stall_s"] / data["rows"][a.key]["keep"]["step_s"],
+                  why(b, frac, "delta")["stall_s"] / data["rows"][b.key]["keep"]["step_s"])
+                 for m, g, a, b in both if why(a, frac, "delta") and why(b, frac, "delta")]
+        ovs = [(ov(a, frac, "delta"), ov(b, frac, "delta"))
+               for m, g, a, b in both if why(a, frac, "delta") and why(b, frac, "delta")]
+        out.append(
+            f"at {frac:.0%} of each peak the swapped share fell by more than 5 points in {down} "
+            f"of {len(cells)} pairs and rose in {up} (fp32 {rng([x for x, _ in cells], pc)}, "
+            f"bf16 {rng([y for _, y in cells], pc)}); the stall was "
+            f"{rng([x for x, _ in stall], pc)} of keep's step in fp32 and "
+            f"{rng([y for _, y in stall], pc)} in bf16, delta's overhead "
+            f"{rng([x for x, _ in ovs], xx)} against {rng([y for _, y in ovs], xx)}")
+    refused = [(f"{m[1]} on the {NAMES.get(g, g)} at {frac:.0%}", bool(why(b, frac, "autoswap")))
+               for frac in WHY_BUDGETS for m, g, a, b in both
+               if (data["why"].get(f"{b.key}@{frac}@delta") or {}).get("rc") == 3]
+    text = ("**How the director's choices moved.** Delta's mix, fp32 against bf16 in the same "
+            "model, device and budget fraction: " + "; ".join(out) + "." +
+            (f" delta was refused at {len(refused)} bf16 budgets ({', '.join(n for n, _ in refused)}"
+             f", just above bf16's minimum budget; autoswap ran {sum(1 for _, ok in refused if ok)} "
+             "of them)."
+             if refused else ""))
+
+    # memory at a bounded overhead, in GiB
+    def budget(r, thr):
+        s = saved(data["rows"][r.key], "delta", thr)
+        return None if s is None else (1 - s) * data["rows"][r.key]["keep"]["baseline_peak"]
+    sent = []
+    for thr in THRESHOLDS:
+        gb = [(budget(a, thr), budget(b, thr)) for m, g, a, b in both]
+        gb = [(x, y) for x, y in gb if x is not None and y is not None]
+        sv = [(saved(data["rows"][a.key], "delta", thr), saved(data["rows"][b.key], "delta", thr))
+              for m, g, a, b in both]
+        sv = [(x, y) for x, y in sv if x is not None and y is not None]
+        if gb:
+            sent.append(f"at ≤ {thr}× delta saved {rng([x for x, _ in sv], pc)} of the fp32 peak "
+                        f"and {rng([y for _, y in sv], pc)} of the bf16 one, and its bf16 budget "
+                        f"was at or above its fp32 budget in GiB in {sum(1 for x, y in gb if y >= x - 2**20)} "
+                        f"of {len(gb)} pairs")
+    spd = [data["rows"][a.key]["keep"]["step_s"] / data["rows"][b.key]["keep"]["step_s"]
+           for m, g, a, b in both]
+    byt = [data["rows"][b.key]["keep"]["baseline_peak"] / data["rows"][a.key]["keep"]["baseline_peak"]
+           for m, g, a, b in both]
+    rec = [tuple(why(r, 0.7, "delta")["recompute_s"] / data["rows"][r.key]["keep"]["step_s"]
+                 for r in (a, b)) for m, g, a, b in both if why(a, 0.7, "delta") and why(b, 0.7, "delta")]
+    text += (" **Why.** bf16 halves what there is to move (keep's peak is "
+             f"{rng(byt, pc)} of fp32's) but shortens the step it must hide behind "
+             f"{rng(spd, lambda v: f'{v:.1f}')}× (the products run at the BF16 peak, the "
+             "memory-bound ops at most 2× faster), and the host link is the same: moving keep's "
+             f"peak over it takes {rng([x * y for x, y in zip(byt, spd)], lambda v: f'{v:.1f}')} "
+             "times as many steps (above). Recomputation got dearer too, measured against "
+             "the step: at 70% delta's recomputation took " +
+             (f"{rng([x for x, _ in rec], pc)} of keep's step in fp32 and "
+              f"{rng([y for _, y in rec], pc)} in bf16" if rec else "–") +
+             ". So a byte released costs more of the step "
+             "either way, and delta releases fewer bytes at the same overhead. Memory at a bounded "
+             "overhead: " + "; ".join(sent) + ".")
+
+    # the peers
+    dtr = [(saved(data["rows"][a.key], "dtr", 1.1), saved(data["rows"][b.key], "dtr", 1.1))
+           for m, g, a, b in both]
+    dtr = [(x or 0, y or 0) for x, y in dtr]
+    d70 = [(ov(a, 0.7, "dtr"), ov(b, 0.7, "dtr")) for m, g, a, b in both]
+    d70 = [(x, y) for x, y in d70 if x and y]
+    comp = [(why(a, 0.7, "dtr"), why(b, 0.7, "dtr")) for m, g, a, b in both]
+    comp = [(x["defrag_bytes"], y["defrag_bytes"]) for x, y in comp
+            if x and y and "defrag_bytes" in x and "defrag_bytes" in y]
+    best13 = collections.Counter(
+        best_peer(data["rows"][b.key], lambda e, p: saved(e, p, 1.3))[1] for m, g, a, b in both)
+    text += (f" The recompute-only peer fell furthest: dtr saved {rng([x for x, _ in dtr], pc)} at "
+             f"≤ 1.1× in fp32 and {rng([y for _, y in dtr], pc)} in bf16" +
+             (f", its overhead at 70% going from {rng([x for x, _ in d70], xx)} to "
+              f"{rng([y for _, y in d70], xx)}" if d70 else "") +
+             (f", while it moved {rng([x / 2**30 for x, _ in comp], lambda v: f'{v:.1f}')} GiB a "
+              f"step within the arena to compact it in fp32 and "
+              f"{rng([y / 2**30 for _, y in comp], lambda v: f'{v:.1f}')} GiB in bf16 (BF16 ops "
+              "widen into fp32 workspace: larger transient blocks to make room for)" if comp else "") +
+             ". At ≤ 1.3× the best peer in bf16 is " +
+             ", ".join(f"{p} in {n}" for p, n in best13.most_common()) + f" of {len(both)} rows.")
+    mins = [(m[1], data["rows"][a.key]["keep"]["min_budget"], data["rows"][b.key]["keep"]["min_budget"])
+            for m, g, a, b in both]
+    hi = list(dict.fromkeys(n for n, x, y in mins if y > x))
+    if hi:
+        text += (f" bf16's minimum budget is above fp32's for {', '.join(hi)} (the widened "
+                 "operands' fp32 copies are workspace that the budget counts; native BF16 "
+                 "kernels would remove them: docs/KERNELS.md).")
+    return text + "\n"
 
 
 def mixed_precision(mp, data, mb, w):
@@ -945,7 +1060,7 @@ def mixed_precision(mp, data, mb, w):
       "products speed up that much), and moving keep's whole peak over the link once takes " +
       "; ".join(f"{a} on the {d}: {x:.1f} fp32 steps, {y:.1f} bf16 steps" for a, d, x, y in hide) +
       ".\n")
-    w(mp_paragraph(data, pairs, byk, moves))
+    w(mp_paragraph(data, pairs, byk))
     w("")
 
     if mb:
