@@ -6,7 +6,8 @@
 # (scripts/validate_memory.py) and loss curves of real training on the cpu
 # (scripts/results_loss.sh, plots in docs/img/), then the GPU's figures as
 # docs/results_gpu.md holds them (measured on a GPU). Raw figures stay in
-# build/results/. Takes about 20 minutes on 2 shared cores.
+# build/results/. Takes about 70 minutes on 2 shared cores (the sim part
+# about an hour of it, with the bf16 rows and the H200, on loaded cores).
 #   scripts/results.sh [DELTA_BIN]
 # Environment: SKIP=sim|memory|loss (comma-separated) reuses that part's
 # last output from build/results; the parts' own variables (STEPS, JOBS,

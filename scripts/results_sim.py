@@ -803,6 +803,9 @@ def write_md(rows, data, mb):
           f"{data['sim_s'] / 60:.0f} minutes" +
           (f"; the max-batch searches from {data['maxbatch_at']} in {data['maxbatch_s'] / 60:.0f} minutes"
            if "maxbatch_at" in data else "") + ".\n")
+    if "why_at" in data:
+        w(f"The mixed-precision section's why-table runs were measured again "
+          f"(`MODE=why`, last at {data['why_at']}) to record the compaction column.\n")
     if data.get("again"):
         w(f"Measured again then (`AGAIN={','.join(data['again'])}`): "
           f"{', '.join(data['again'])}; every other policy's figures and the max-batch searches "
@@ -942,10 +945,28 @@ def mp_paragraph(data, pairs, byk):
               f"{rng([y for _, y in d70], xx)}" if d70 else "") +
              (f", while it moved {rng([x / 2**30 for x, _ in comp], lambda v: f'{v:.1f}')} GiB a "
               f"step within the arena to compact it in fp32 and "
-              f"{rng([y / 2**30 for _, y in comp], lambda v: f'{v:.1f}')} GiB in bf16 (BF16 ops "
-              "widen into fp32 workspace: larger transient blocks to make room for)" if comp else "") +
+              f"{rng([y / 2**30 for _, y in comp], lambda v: f'{v:.1f}')} GiB in bf16 (a likely "
+              "cause, not isolated here: BF16 ops widen into fp32 workspace, larger transient "
+              "blocks to find room for)" if comp else "") +
              ". At ≤ 1.3× the best peer in bf16 is " +
              ", ".join(f"{p} in {n}" for p, n in best13.most_common()) + f" of {len(both)} rows.")
+    mbx = lambda r, p: ((data["rows"][r.key].get("maxbatch", {}).get("by_policy", {}).get(p) or {})
+                        .get("max_batch"))
+    mb = [(mbx(a, "keep"), mbx(b, "keep"), mbx(a, "delta"), mbx(b, "delta"),
+           batch_ratio(data["rows"][a.key], "delta"), batch_ratio(data["rows"][b.key], "delta"))
+          for m, g, a, b in both]
+    mb = [x for x in mb if all(isinstance(v, (int, float)) and v for v in x)]
+    sps = [(data["rows"][b.key]["maxbatch"]["by_policy"]["keep"]["samples_per_s"] /
+            data["rows"][a.key]["maxbatch"]["by_policy"]["keep"]["samples_per_s"])
+           for m, g, a, b in both if mbx(a, "keep") and mbx(b, "keep")]
+    if mb:
+        text += (f" Largest batch: keep's is {rng([y / x for x, y, *_ in mb], lambda v: f'{v:.1f}')}× "
+                 "larger in bf16 (half the activation bytes) and its samples/s, which set the "
+                 f"throughput floor, {rng(sps, lambda v: f'{v:.1f}')}× higher; delta's own "
+                 "largest batch moved "
+                 f"{rng([d / c for _, _, c, d, _, _ in mb], lambda v: f'{v:.2f}')}× (bf16 over fp32), "
+                 f"so its ratio to keep's fell from ×{rng([e for *_, e, _ in mb], lambda v: f'{v:.1f}')} "
+                 f"to ×{rng([f for *_, f in mb], lambda v: f'{v:.1f}')}.")
     mins = [(m[1], data["rows"][a.key]["keep"]["min_budget"], data["rows"][b.key]["keep"]["min_budget"])
             for m, g, a, b in both]
     hi = list(dict.fromkeys(n for n, x, y in mins if y > x))
@@ -968,7 +989,7 @@ def mixed_precision(mp, data, mb, w):
       "changes for a memory manager: the products run at the tensor cores' BF16 peak (on these "
       f"presets {peaks(devs, mp)}) while the other ops, bound by HBM, gain at most "
       "the 2× of their halved bytes, and the host link stays where it was — so a step has less "
-      "compute to hide a transfer behind, and a recomputation costs less.\n")
+      "compute to hide a transfer behind.\n")
     table_head(w, ["row", "device", "precision", "keep s/step", "peak", "delta saved ≤1.1×",
                    "best peer", "delta saved ≤1.3×", "best peer", "delta max batch", "best peer"])
     for r in mp:
