@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # make results: regenerates docs/RESULTS.md from measurements, in one
-# command: the papers' figures on the simulated GPUs (scripts/results_sim.py,
+# command: the papers' figures on the simulated GPUs in fp32, and in bf16
+# beside fp32 on the simulated H100 and H200 (scripts/results_sim.py,
 # deterministic), the simulator's memory model against PyTorch
 # (scripts/validate_memory.py) and loss curves of real training on the cpu
 # (scripts/results_loss.sh, plots in docs/img/), then the GPU's figures as
 # docs/results_gpu.md holds them (measured on a GPU). Raw figures stay in
-# build/results/. Takes about 20 minutes on 2 shared cores.
+# build/results/. Takes about 70 minutes on 2 shared cores (the sim part
+# about an hour of it, with the bf16 rows and the H200, on loaded cores).
 #   scripts/results.sh [DELTA_BIN]
 # Environment: SKIP=sim|memory|loss (comma-separated) reuses that part's
 # last output from build/results; the parts' own variables (STEPS, JOBS,
-# RES, RESNET_STEPS, GPT_STEPS, THREADS) pass through.
+# RES, MP_MODELS, MP_DEVICES, MB_MP, MB_TIMEOUT, RESNET_STEPS, GPT_STEPS,
+# THREADS) pass through.
 set -u
 bin=${1:-build/delta}
 out=build/results

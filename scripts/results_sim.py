@@ -16,7 +16,10 @@ run's figures). For each model row on each device:
     their costs at 70/50/30%, beside a swap-only (autoswap) and a
     recompute-only (dtr) peer at the same budgets;
   - the largest batch per policy with `delta maxbatch`, when the binary has
-    that command.
+    that command;
+  - mixed precision: the MP_MODELS rows on MP_DEVICES in fp32 and in bf16
+    (`--precision bf16`), with the same searches, the swap/recompute mix at
+    70/50/30% of each precision's own peak, and the largest batch.
 A step's time is the median over the steps after the first third (delta
 profiles and tries its modes first; every policy is measured the same way,
 as in scripts/bench_policies.sh). The simulator is deterministic, so so is
@@ -24,7 +27,10 @@ every figure here. Environment: STEPS (default 12), JOBS (parallel runs,
 default 2), RES (default 0.01), ONLY (a row key, for a quick look),
 RUN_TIMEOUT (seconds of real time per run, default 150; a run still going
 then counts as failing its threshold), MB_TIMEOUT (per maxbatch search,
-default 900), MB_DEVICES (default a100-80g), MB_RESUME (see run_maxbatch), MODE (render or maxbatch: see
+default 900), MB_DEVICES (default a100-80g: the fp32 rows searched),
+MP_MODELS (row keys, default resnet50,bert384,gpt2l) and MP_DEVICES (default
+h100-80g,h200-141g): the mixed-precision rows, MB_MP (default 1: search their
+largest batch too; 0 leaves it out), MB_RESUME (see run_maxbatch), MODE (render, maxbatch or why: see
 again()), AGAIN (a comma-separated list of policies: only theirs are
 measured again; every other policy's figures, and the max-batch searches,
 are taken from the last OUT_DIR/sim.json, for a change to one policy)."""
@@ -48,6 +54,9 @@ ONLY = os.environ.get("ONLY", "")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "150"))
 MB_TIMEOUT = float(os.environ.get("MB_TIMEOUT", "900"))
 MB_DEVICES = os.environ.get("MB_DEVICES", "a100-80g").split(",")
+MP_MODELS = os.environ.get("MP_MODELS", "resnet50,bert384,gpt2l").split(",")
+MP_DEVICES = os.environ.get("MP_DEVICES", "h100-80g,h200-141g").split(",")
+MB_MP = os.environ.get("MB_MP", "1") != "0"
 MODE = os.environ.get("MODE", "")
 AGAIN = [p for p in os.environ.get("AGAIN", "").split(",") if p]
 
@@ -55,7 +64,12 @@ PEERS = ["swap", "checkpoint", "dtr", "capuchin", "autoswap"]
 POLICIES = ["delta"] + PEERS
 THRESHOLDS = [1.1, 1.3]
 WHY_BUDGETS = [0.7, 0.5, 0.3]
-DEVICES = [("v100-32g", "V100-32GB"), ("a100-80g", "A100-80GB")]
+# the devices of the fp32 tables, and every device's name in the tables
+DEVICES = [("v100-32g", "V100-32GB"), ("a100-80g", "A100-80GB"),
+           ("h200-141g", "H200-141GB")]
+NAMES = dict([("v100-16g", "V100-16GB"), ("v100-32g", "V100-32GB"),
+              ("a100-40g", "A100-40GB"), ("a100-80g", "A100-80GB"),
+              ("h100-80g", "H100-80GB"), ("h200-141g", "H200-141GB")])
 WHY_DEVICE = "a100-80g"
 
 # Model rows: key, label, the model's arguments (besides the device), the
@@ -81,6 +95,55 @@ MODELS = [
                             "--batch", "1"] + ADAMW,
      "T 1024, batch 1, dropout 0.1, AdamW", 6.0),
 ]
+
+
+
+class Row(collections.namedtuple("Row", "m gpu prec main mp")):
+    """One model on one device in one precision. main: a row of the fp32
+    tables (DEVICES); mp: a row of the mixed-precision section, where each
+    MP_MODELS model runs on MP_DEVICES in fp32 and in bf16 (the H200's fp32
+    rows are both)."""
+
+    @property
+    def key(self):  # sim.json's key; fp32 keeps the older form
+        return f"{self.m[0]}@{self.gpu}" + ("" if self.prec == "fp32" else f"@{self.prec}")
+
+    @property
+    def args(self):  # the model's arguments, less --gpu
+        return self.m[2] + ([] if self.prec == "fp32" else ["--precision", self.prec])
+
+    @property
+    def dev(self):
+        return NAMES.get(self.gpu, self.gpu)
+
+    @property
+    def why(self):  # gets the swap/recompute mix at WHY_BUDGETS
+        return (self.main and self.gpu == WHY_DEVICE) or self.mp
+
+    @property
+    def mb(self):  # gets a max-batch search
+        return (self.main and self.gpu in MB_DEVICES) or (self.mp and MB_MP)
+
+
+def build_rows():
+    """The fp32 rows (every model on DEVICES), then the mixed-precision
+    rows not among them, in table order."""
+    rows = collections.OrderedDict()
+    for m in MODELS:
+        if ONLY and m[0] != ONLY:
+            continue
+        for g, _ in DEVICES:
+            rows[(m[0], g, "fp32")] = Row(m, g, "fp32", True, False)
+    for m in MODELS:
+        if (ONLY and m[0] != ONLY) or m[0] not in MP_MODELS:
+            continue
+        for g in MP_DEVICES:
+            for prec in ("fp32", "bf16"):
+                r = rows.get((m[0], g, prec))
+                rows[(m[0], g, prec)] = (r._replace(mp=True) if r
+                                         else Row(m, g, prec, False, True))
+    return list(rows.values())
+
 
 tmp = tempfile.mkdtemp(prefix="delta-results-")
 log_lock = threading.Lock()
@@ -134,7 +197,9 @@ def train(args, policy, budget):
             "dropped": mean("dropped_bytes"),
             "recomputed_ops": mean("recomputed_ops"),
             "recompute_s": mean("recompute_s"),
-            "stall_s": mean("stall_s")}
+            "stall_s": mean("stall_s"),
+            "defrag_bytes": mean("defrag_bytes"),
+            "defrag_moves": mean("defrag_moves")}
 
 
 def search(args, policy, keep, peak, floor):
@@ -170,18 +235,18 @@ def search(args, policy, keep, peak, floor):
     return found, runs
 
 
-def row_job(key, args, gpu, policy, keep):
+def row_job(row, policy, keep):
     peak, floor = keep["baseline_peak"], keep["min_budget"] / keep["baseline_peak"]
-    found, runs = search(args + ["--gpu", gpu], policy, keep, peak, floor)
-    log(f"{key} {gpu} {policy}: " + ", ".join(
+    found, runs = search(row.args + ["--gpu", row.gpu], policy, keep, peak, floor)
+    log(f"{row.key} {policy}: " + ", ".join(
         f"<={t}x: " + (f"{1 - f['frac']:.0%} saved" if f else "none")
         for t, f in sorted(found.items())) +
         f" ({len(runs)} runs, {sum(r['wall_s'] for r in runs.values()):.0f} s)")
     return found, runs
 
 
-def why_job(args, gpu, policy, keep, frac):
-    return train(args + ["--gpu", gpu], policy, round(frac * keep["baseline_peak"]))
+def why_job(row, policy, keep, frac):
+    return train(row.args + ["--gpu", row.gpu], policy, round(frac * keep["baseline_peak"]))
 
 
 def device_info():
@@ -243,15 +308,15 @@ def maxbatch(args, gpu, policy):
     r["wall_s"] = time.time() - t0
     r["keep"] = out.get("keep")
     r["cmd"] = " ".join(["delta"] + cmd[1:]).replace(path, "FILE")
-    log(f"maxbatch {margs[1]} {gpu} {policy}: " +
+    log(f"maxbatch {margs[1]}{' bf16' if '--precision' in margs else ''} {gpu} {policy}: " +
         (f"{r.get('max_batch')} (x{r.get('ratio_to_keep')})" if "max_batch" in r else r["err"]) +
         f", {r['wall_s']:.0f} s")
     return r
 
 
 def run_maxbatch(pool, rows, data, path):
-    """Max batch of every policy on the rows on MB_DEVICES, the smallest
-    models first (the largest may not finish), into data["rows"][row]
+    """Max batch of every policy on the rows that get one (Row.mb), the
+    smallest models first (the largest may not finish), into data["rows"][row]
     ["maxbatch"]["by_policy"]; data goes to path after each search, so an
     interrupted run keeps what it measured. With MB_RESUME=1 a search
     already in data is not run again."""
@@ -265,17 +330,17 @@ def run_maxbatch(pool, rows, data, path):
     spent = data["maxbatch_s"]
     # MB_FIRST=row,row...: those rows first, delta before the peers in them
     first = [r for r in os.environ.get("MB_FIRST", "").split(",") if r]
-    order = sorted(((m, d, p) for m, d in rows for p in POLICIES),
-                   key=lambda x: (x[0][0] not in first,
-                                  first.index(x[0][0]) if x[0][0] in first else 0,
-                                  x[2] != "delta" if x[0][0] in first else 0))
+    order = sorted(((r, p) for r in rows for p in POLICIES),
+                   key=lambda x: (x[0].m[0] not in first,
+                                  first.index(x[0].m[0]) if x[0].m[0] in first else 0,
+                                  x[1] != "delta" if x[0].m[0] in first else 0))
     futs = {}
-    for m, d, p in order:
-        k = f"{m[0]}@{d[0]}"
-        if d[0] not in MB_DEVICES or k not in data["rows"]:
+    for r, p in order:
+        k = r.key
+        if not r.mb or k not in data["rows"]:
             continue
         if p not in data["rows"][k].get("maxbatch", {}).get("by_policy", {}):
-            futs[pool.submit(maxbatch, m[2], d[0], p)] = (k, p)
+            futs[pool.submit(maxbatch, r.args, r.gpu, p)] = (k, p)
     for f in cf.as_completed(futs):
         k, p = futs[f]
         r = f.result()
@@ -295,10 +360,21 @@ def gib(b):
 def again():
     """MODE=render: the Markdown again from OUT_DIR/sim.json; MODE=maxbatch:
     only the max-batch runs, merged into it (the rest is deterministic and
-    slow to measure again)."""
-    rows = [(m, d) for m in MODELS for d in DEVICES if not ONLY or m[0] == ONLY]
+    slow to measure again); MODE=why: only the mixed-precision section's
+    runs of its why table, at their keep's budgets (a few minutes)."""
+    rows = build_rows()
     path = os.path.join(OUT, "sim.json")
     data = json.load(open(path))
+    if MODE == "why":
+        with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
+            futs = {f"{r.key}@{frac}@{p}": pool.submit(why_job, r, p, data["rows"][r.key]["keep"], frac)
+                    for r in rows if r.mp and data["rows"][r.key]["keep"]["rc"] == 0
+                    for frac in WHY_BUDGETS for p in ("delta", "autoswap", "dtr")}
+            data["why"].update({k: f.result() for k, f in futs.items()})
+        data["why_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start))
+        data["why_s"] = time.time() - t_start
+        json.dump(data, open(path + ".tmp", "w"), indent=1)
+        os.replace(path + ".tmp", path)
     if MODE == "maxbatch" and has_maxbatch():
         with cf.ThreadPoolExecutor(max_workers=JOBS) as pool:
             run_maxbatch(pool, rows, data, path)
@@ -307,9 +383,9 @@ def again():
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    if MODE in ("render", "maxbatch"):
+    if MODE in ("render", "maxbatch", "why"):
         return again()
-    rows = [(m, d) for m in MODELS for d in DEVICES if not ONLY or m[0] == ONLY]
+    rows = build_rows()
     data = {"steps": STEPS, "res": RES, "rows": {}}
     pool = cf.ThreadPoolExecutor(max_workers=JOBS)
     old = json.load(open(os.path.join(OUT, "sim.json"))) if AGAIN else None
@@ -317,42 +393,42 @@ def main():
 
     # keep, the reference of every row
     keeps = {}
-    futs = {(m[0], d[0]): pool.submit(train, m[2] + ["--gpu", d[0]], "keep", None)
-            for m, d in rows}
-    for (k, g), f in futs.items():
-        keeps[(k, g)] = f.result()
-        r = keeps[(k, g)]
-        log(f"{k} {g} keep: " + (f"{r['step_s']:.4f} s/step, peak {gib(r['peak'])} GiB"
-                                  if r["rc"] == 0 else f"failed: {r['err']}"))
+    futs = {row.key: pool.submit(train, row.args + ["--gpu", row.gpu], "keep", None)
+            for row in rows}
+    for k, f in futs.items():
+        keeps[k] = f.result()
+        r = keeps[k]
+        log(f"{k} keep: " + (f"{r['step_s']:.4f} s/step, peak {gib(r['peak'])} GiB"
+                             if r["rc"] == 0 else f"failed: {r['err']}"))
 
     # the searches, the why-table runs and maxbatch, all in the pool
     # the largest models first (their delta searches are the long poles)
     sfuts, wfuts, mfuts = {}, {}, {}
-    for m, d in reversed(rows):
-        keep = keeps[(m[0], d[0])]
+    for row in sorted(rows, key=lambda r: -MODELS.index(r.m)):
+        keep = keeps[row.key]
         if keep["rc"] != 0:
             continue
         for p in filter(again_p, POLICIES):
-            sfuts[(m[0], d[0], p)] = pool.submit(row_job, m[0], m[2], d[0], p, keep)
-    for m, d in rows:
-        keep = keeps[(m[0], d[0])]
+            sfuts[(row.key, p)] = pool.submit(row_job, row, p, keep)
+    for row in rows:
+        keep = keeps[row.key]
         if keep["rc"] != 0:
             continue
-        if d[0] == WHY_DEVICE:
+        if row.why:
             for frac in WHY_BUDGETS:
                 for p in filter(again_p, ("delta", "autoswap", "dtr")):
-                    wfuts[(m[0], frac, p)] = pool.submit(why_job, m[2], d[0], p, keep, frac)
+                    wfuts[(row.key, frac, p)] = pool.submit(why_job, row, p, keep, frac)
     mb = has_maxbatch()
     if not mb:
         log("this delta has no maxbatch command: the max-batch table is left out")
 
-    for m, d in rows:
-        key = f"{m[0]}@{d[0]}"
-        keep = keeps[(m[0], d[0])]
+    for row in rows:
+        key = row.key
+        keep = keeps[key]
         entry = {"keep": keep, "search": {}, "runs": {}}
         for p in POLICIES:
-            if (m[0], d[0], p) in sfuts:
-                found, runs = sfuts[(m[0], d[0], p)].result()
+            if (key, p) in sfuts:
+                found, runs = sfuts[(key, p)].result()
                 entry["search"][p] = {str(t): v for t, v in found.items()}
                 entry["runs"][p] = {f"{f:.4f}": r for f, r in sorted(runs.items())}
             elif old and key in old["rows"] and p in old["rows"][key]["search"]:
@@ -395,88 +471,266 @@ def batch_ratio(e, p):
     return r if isinstance(r, (int, float)) else None
 
 
-def headline(rows, data, mb, w):
-    """The summary table: delta, the best peer and the published figures."""
-    pct = lambda v: "—" if v is None else f"{v:.0%}"
-    w("## Headline\n")
-    w("Memory saved at ≤ 1.1× and ≤ 1.3× keep's step time, and the largest batch against keep's, "
-      "for delta and for the best of the five peers in the same cell (which peer in brackets); "
-      "published DELTA figures from ../shared/REFERENCES.md: 40–72% memory saved (per model figures "
-      "not given), max batch ×2.04 ResNet-50, ×2.25 ResNet-101, ×5.5 GPT2-Large, ×6 GPT2-XL. The max-batch "
-      "searches are slow in real time and ran on the " +
-      ", ".join(dict(DEVICES).get(g, g) for g in MB_DEVICES) + " only.\n")
-    w("| row | device | delta saved ≤1.1× | best peer | delta saved ≤1.3× | best peer | "
-      "delta max batch | best peer | published max batch |")
-    w("|---|---|---|---|---|---|---|---|---|")
-    tally = {"ge_peers_11": 0, "ge_peers_13": 0, "ge_40_13": 0, "n": 0,
-             "mb_pub": 0, "mb_n": 0, "mb_peers": 0, "mb_rows": 0}
-    for m, d in rows:
-        e = data["rows"][f"{m[0]}@{d[0]}"]
-        if e["keep"]["rc"] != 0:
+def table_head(w, cols):
+    w("| " + " | ".join(cols) + " |")
+    w("|" + "---|" * len(cols))
+
+
+def best_peer(e, f):
+    """(value, peer) of the peer with the largest f(e, peer), or (None, "")."""
+    peers = [(f(e, p), p) for p in PEERS if f(e, p) is not None]
+    return max(peers) if peers else (None, "")
+
+
+def label(r):
+    return f"{r.m[1]} {r.m[3].split(',')[0]}"
+
+
+def counts(rows, data):
+    """Over the rows whose keep ran: where delta saves at least as much as
+    every peer (per threshold), at least the published 40% at 1.3x, and
+    where its max batch is at or above the best peer's and the published
+    ratio (fp32 rows only: the papers' are fp32)."""
+    t = collections.Counter()
+    for r in rows:
+        e = data["rows"].get(r.key)
+        if not e or e["keep"]["rc"] != 0:
             continue
-        tally["n"] += 1
-        cells = []
+        t["n"] += 1
         for thr in THRESHOLDS:
             dv = saved(e, "delta", thr)
-            peers = [(saved(e, p, thr), p) for p in PEERS if saved(e, p, thr) is not None]
-            bp = max(peers) if peers else (None, "")
-            cells += [pct(dv), f"{pct(bp[0])} ({bp[1]})" if bp[0] is not None else "—"]
-            if (dv or 0) >= (bp[0] or 0):
-                tally["ge_peers_11" if thr == 1.1 else "ge_peers_13"] += 1
-            if thr == 1.3 and (dv or 0) >= 0.40:
-                tally["ge_40_13"] += 1
-        if mb and d[0] in MB_DEVICES:
-            dv = batch_ratio(e, "delta")
-            peers = [(batch_ratio(e, p), p) for p in PEERS if batch_ratio(e, p) is not None]
-            bp = max(peers) if peers else (None, "")
-            dx = e.get("maxbatch", {}).get("by_policy", {}).get("delta")
-            cells += [("not run" if not dx else "not finished" if dv is None else f"×{dv:.2f}"),
-                      "—" if bp[0] is None else f"×{bp[0]:.2f} ({bp[1]})"]
-            if dv is not None:
-                tally["mb_rows"] += 1
-                tally["mb_peers"] += dv >= (bp[0] or 0)
-                if m[4]:
-                    tally["mb_n"] += 1
-                    tally["mb_pub"] += dv >= m[4]
-        else:
-            cells += ["—", "—"]
-        cells.append(f"×{m[4]}" if m[4] else "—")
-        w(f"| {m[1]} {m[3].split(',')[0]} | {d[1]} | " + " | ".join(cells) + " |")
+            bp = best_peer(e, lambda e, p: saved(e, p, thr))
+            t[f"ge_peers_{thr}"] += (dv or 0) >= (bp[0] or 0)
+        t["ge_40_13"] += (saved(e, "delta", 1.3) or 0) >= 0.40
+        dv = batch_ratio(e, "delta")
+        if dv is not None:
+            bp = best_peer(e, batch_ratio)
+            t["mb_rows"] += 1
+            t["mb_peers"] += dv >= (bp[0] or 0)
+            if r.m[4] and r.prec == "fp32":
+                t["mb_n"] += 1
+                t["mb_pub"] += dv >= r.m[4]
+    return t
+
+
+def saved_cells(e, keep, thr):
+    """delta's and the best peer's cells at thr: saved (and the budget in
+    GiB when keep is given)."""
+    def fmt(v):
+        if v is None:
+            return "—"
+        return f"{v:.0%}" + (f" ({gib((1 - v) * keep['baseline_peak'])} GiB)" if keep else "")
+    dv = saved(e, "delta", thr)
+    bp = best_peer(e, lambda e, p: saved(e, p, thr))
+    return [fmt(dv), f"{fmt(bp[0])} ({bp[1]})" if bp[0] is not None else "—"]
+
+
+def mb_cells(e):
+    """delta's and the best peer's max-batch cells."""
+    dv = batch_ratio(e, "delta")
+    bp = best_peer(e, batch_ratio)
+    dx = e.get("maxbatch", {}).get("by_policy", {}).get("delta")
+    return [("not run" if not dx else "not finished" if dv is None else f"×{dv:.2f}"),
+            "—" if bp[0] is None else f"×{bp[0]:.2f} ({bp[1]})"]
+
+
+def mb_where(rows):
+    """Where the max-batch searches ran, in words."""
+    out = []
+    for g in dict.fromkeys(r.gpu for r in rows if r.mb):
+        on = [r for r in rows if r.gpu == g]
+        some = [r for r in on if r.mb]
+        out.append(NAMES.get(g, g) + ("" if len(some) == len(on) else
+                                      " (" + ", ".join(dict.fromkeys(label(r) for r in some)) + ")"))
+    return ", ".join(out) if out else "no device"
+
+
+def headline(rows, data, mb, w):
+    """The summary table of the fp32 rows: delta, the best peer and the
+    published figures; then the same counts for the bf16 rows."""
+    main = [r for r in rows if r.main]
+    w("## Headline\n")
+    w("Memory saved at ≤ 1.1× and ≤ 1.3× keep's step time, and the largest batch against keep's, "
+      "for delta and for the best of the five peers in the same cell (which peer in brackets), in "
+      "fp32; published DELTA figures from ../shared/REFERENCES.md: 40–72% memory saved (per model "
+      "figures not given), max batch ×2.04 ResNet-50, ×2.25 ResNet-101, ×5.5 GPT2-Large, ×6 GPT2-XL. "
+      "The max-batch searches are slow in real time and ran on the " + mb_where(main) +
+      " only (—: not searched). bf16: \"Mixed precision\" below.\n")
+    table_head(w, ["row", "device", "delta saved ≤1.1×", "best peer", "delta saved ≤1.3×",
+                   "best peer", "delta max batch", "best peer", "published max batch"])
+    for r in main:
+        e = data["rows"][r.key]
+        if e["keep"]["rc"] != 0:
+            continue
+        cells = saved_cells(e, None, 1.1) + saved_cells(e, None, 1.3)
+        cells += mb_cells(e) if mb and r.mb else ["—", "—"]
+        cells.append(f"×{r.m[4]}" if r.m[4] else "—")
+        w(f"| {label(r)} | {r.dev} | " + " | ".join(cells) + " |")
     w("")
-    n = tally["n"]
-    w(f"Counted over the {n} rows: delta saves at least as much as every peer in "
-      f"{tally['ge_peers_11']} at ≤ 1.1× and {tally['ge_peers_13']} at ≤ 1.3×; it saves at least "
-      f"the published lower bound of 40% at ≤ 1.3× in {tally['ge_40_13']}." +
-      (f" Its max batch is at or above the best measured peer's in {tally['mb_peers']} of the "
-       f"{tally['mb_rows']} rows where delta's search finished, and at or above the published ratio in {tally['mb_pub']} of the "
-       f"{tally['mb_n']} rows that have one." if mb else "") + "\n")
+    t = counts(main, data)
+    w(f"Counted over the {t['n']} rows: delta saves at least as much as every peer in "
+      f"{t['ge_peers_1.1']} at ≤ 1.1× and {t['ge_peers_1.3']} at ≤ 1.3×; it saves at least "
+      f"the published lower bound of 40% at ≤ 1.3× in {t['ge_40_13']}." +
+      (f" Its max batch is at or above the best measured peer's in {t['mb_peers']} of the "
+       f"{t['mb_rows']} rows where delta's search finished, and at or above the published ratio "
+       f"in {t['mb_pub']} of the {t['mb_n']} rows that have one." if mb else ""))
+    bf = [r for r in rows if r.prec == "bf16"]
+    if bf:
+        t = counts(bf, data)
+        w(f"In bf16 ({', '.join(dict.fromkeys(r.dev for r in bf))}), over the {t['n']} rows: "
+          f"delta saves at least as much as every peer in {t['ge_peers_1.1']} at ≤ 1.1× and "
+          f"{t['ge_peers_1.3']} at ≤ 1.3×, and at least 40% at ≤ 1.3× in {t['ge_40_13']}" +
+          (f"; its max batch is at or above the best peer's in {t['mb_peers']} of the "
+           f"{t['mb_rows']} rows where its search finished" if mb else "") + ".")
+    w("")
+
+
+def saved_table(rows, data, thr, w, prec_col):
+    table_head(w, ["row", "device"] + (["precision"] if prec_col else []) + POLICIES)
+    for r in rows:
+        e = data["rows"][r.key]
+        cells = []
+        for p in POLICIES:
+            f = e["search"].get(p, {}).get(str(thr))
+            cells.append("—" if not f else f"{1 - f['frac']:.0%} ({f['overhead']:.2f}×)")
+        best = max((1 - (e["search"].get(p, {}).get(str(thr)) or {"frac": 1})["frac"], p)
+                   for p in POLICIES)
+        cells = [f"**{c}**" if p == best[1] and best[0] > 0 else c
+                 for c, p in zip(cells, POLICIES)]
+        w(f"| {r.m[0]} | {r.dev} | " + (f"{r.prec} | " if prec_col else "") +
+          " | ".join(cells) + " |")
+    w("")
+
+
+def why_cells(data, r, frac):
+    """The mix and the three overheads of row r at budget frac, or None
+    when keep failed: (delta's run, cells)."""
+    keep = data["rows"][r.key]["keep"]
+    if keep["rc"] != 0:
+        return None, None
+    k = f"{r.key}@{frac}@"
+    x = {p: data["why"].get(k + p) for p in ("delta", "autoswap", "dtr")}
+    ov = {p: (f"{x[p]['step_s'] / keep['step_s']:.2f}×" if x[p] and x[p]["rc"] == 0
+              else "refused" if x[p] and x[p]["rc"] == 3 else
+              "not measured (over the time limit)" if x[p] and x[p]["rc"] == -1 else
+              f"failed ({x[p]['err'][:40]})" if x[p] else "")
+          for p in x}
+    dr = x["delta"]
+    ok = bool(dr and dr["rc"] == 0)
+    cols = ([gib(dr["swap_out"]), gib(dr["dropped"]), f"{dr['stall_s']:.3f}",
+             f"{dr['recompute_s']:.3f}"] if ok else ["", "", "", ""])
+    return x, {"ok": ok, "ov": ov, "keep": keep, "cols": cols, "mix": " | ".join(cols)}
+
+
+def why_tally(tally, x):
+    dr = x["delta"]
+    if not (dr and dr["rc"] == 0):
+        return
+    tally["n"] += 1
+    tally["both"] += dr["swap_out"] > 0 and dr["dropped"] > 0
+    tally["le_both"] += all(not (x[p] and x[p]["rc"] == 0) or
+                            dr["step_s"] <= x[p]["step_s"] + 1e-12 for p in ("autoswap", "dtr"))
+    tally["only"] += sum(1 for p in ("autoswap", "dtr") if x[p] and x[p]["rc"] != 0)
+
+
+def why_refused(tally, x):
+    """Counts a cell whose delta run was refused (the budget below what
+    delta can fit) or failed otherwise."""
+    dr = x and x["delta"]
+    if dr and dr["rc"] != 0:
+        tally["delta_refused" if dr["rc"] == 3 else "delta_failed"] += 1
+
+
+def share(dr):
+    """The swapped share of what delta released (swapped out + dropped)."""
+    tot = dr["swap_out"] + dr["dropped"]
+    return dr["swap_out"] / tot if tot > 0 else None
+
+
+def maxbatch_table(rows, data, w, prec_col):
+    table_head(w, ["row", "device"] + (["precision"] if prec_col else []) +
+               ["published", "keep"] + POLICIES)
+    cmds = []
+    for r in rows:
+        bp = data["rows"][r.key].get("maxbatch", {}).get("by_policy", {})
+
+        def cell(p):
+            x = bp.get(p)
+            if not x:
+                return "not run"
+            if "max_batch" not in x:
+                return ("not finished" if x.get("status") == "timeout"
+                        else f"error: {x.get('err', '')[:60]}")
+            if x["max_batch"] == 0:
+                return f"none ({x.get('limited_by', x.get('status'))})"
+            q = x.get("ratio_to_keep")
+            sps = x.get("samples_per_s")
+            return (f"{x['max_batch']}" +
+                    (f" (×{q:.2f})" if isinstance(q, (int, float)) and p != "keep" else "") +
+                    (f", {sps:.1f}/s" if isinstance(sps, (int, float)) and x["max_batch"] else ""))
+        pub = f"×{r.m[4]}" if r.m[4] and r.prec == "fp32" else "—"
+        w(f"| {label(r)} | {r.dev} | " + (f"{r.prec} | " if prec_col else "") +
+          f"{pub} | {cell('keep')} | " + " | ".join(cell(p) for p in POLICIES) + " |")
+        cmds += [x["cmd"] for x in bp.values() if "cmd" in x]
+    w("")
+    return cmds
+
+
+def left_out(rows, data):
+    """The max-batch searches that did not finish or did not run, in words."""
+    out = []
+    for r in rows:
+        bp = data["rows"][r.key].get("maxbatch", {}).get("by_policy", {})
+        miss = [p for p in POLICIES if "max_batch" not in (bp.get(p) or {})]
+        if miss:
+            out.append(f"{label(r)} {r.prec} on the {r.dev}: " + ", ".join(
+                p + (" (not finished)" if (bp.get(p) or {}).get("status") == "timeout"
+                     else " (not run)" if not bp.get(p) else " (error)") for p in miss))
+    return out
 
 
 def write_md(rows, data, mb):
     o = []
     w = o.append
     headline(rows, data, mb, w)
+    main = [r for r in rows if r.main]
+    order = {g: i for i, g in enumerate(NAMES)}
+    mp = sorted((r for r in rows if r.mp),
+                key=lambda r: (MODELS.index(r.m), order.get(r.gpu, 99), r.prec != "fp32"))
     w("## Configurations\n")
-    w("Every simulated row: fp32 on the CUDA cores (the simulator's GEMM peak is the fp32 one; "
-      "no tensor cores, no mixed precision), the presets of docs/DEVICE.md, steps of one fixed "
-      f"shape, {STEPS} steps per run, a run's step time the median over the steps after the first "
-      "third. The unconstrained peak is keep's (the dry plan's lifetime-planned arena: parameters, "
-      "gradients, optimizer state, inputs, activations and workspace all count).\n")
+    w(f"Every simulated row: the presets of docs/DEVICE.md (datasheet figures, and the host clock's "
+      f"launch costs), steps of one fixed shape, {STEPS} steps per run, a run's step time the median "
+      "over the steps after the first third. The unconstrained peak is keep's (the dry plan's "
+      "lifetime-planned arena: parameters, gradients, optimizer state, inputs, activations and "
+      "workspace all count). Two precisions:\n")
+    w("- **fp32** (every table but the bf16 rows of \"Mixed precision\"): every op on the CUDA "
+      "cores, as the papers measured and as PyTorch runs by default; the simulator prices a "
+      "product (matmul, linear, convolution and their gradients) at the preset's fp32 peak, no "
+      "tensor cores, no TF32.")
+    w("- **bf16** (`--precision bf16`; docs/KERNELS.md, \"Mixed precision\"): PyTorch autocast's "
+      "rule — parameters, their gradients and the optimizer state fp32 (master weights), "
+      "activations and products BF16. A product with BF16 operands is priced at the preset's dense "
+      "BF16 tensor-core peak; every other op, as in fp32, at the fp32 rate or by its bytes at the "
+      "HBM rate (half the bytes for a BF16 tensor). The host link is the same in both. BF16 ops "
+      "other than the products widen their operands into fp32 copies (the kernels delta has "
+      "today, on the cpu and on CUDA), and those copies are workspace the budget counts: bf16's "
+      "minimum budget can exceed fp32's.\n")
     devs = device_info()
-    for g, name in DEVICES:
+    for g in [g for g in NAMES if any(r.gpu == g for r in rows)]:
         if g in devs:
-            w(f"- {name} (`--gpu {g}`): {devs[g][0]}")
+            w(f"- {NAMES[g]} (`--gpu {g}`): {devs[g][0]}")
     w("")
-    w("| row | model | configuration | device | keep s/step | unconstrained peak |")
-    w("|---|---|---|---|---|---|")
-    for m, d in rows:
-        k = data["rows"][f"{m[0]}@{d[0]}"]["keep"]
-        over = k["rc"] == 0 and d[0] in devs and k["peak"] > devs[d[0]][1]
+    table_head(w, ["row", "model", "configuration", "device", "precision", "keep s/step",
+                   "unconstrained peak", "minimum budget"])
+    for r in sorted(rows, key=lambda r: (MODELS.index(r.m), order.get(r.gpu, 99), r.prec != "fp32")):
+        k = data["rows"][r.key]["keep"]
+        over = k["rc"] == 0 and r.gpu in devs and k["peak"] > devs[r.gpu][1]
         cell = (f"{k['step_s']:.4f} | {gib(k['peak'])} GiB" +
                 (" (over the device: keep needs more than it has; the simulator "
-                 "runs it anyway, as on a slightly larger device)" if over else "")
-                if k["rc"] == 0 else f"failed | {k['err']}")
-        w(f"| {m[0]} | {m[1]} | {m[3]} | {d[1]} | {cell} |")
+                 "runs it anyway, as on a slightly larger device)" if over else "") +
+                f" | {gib(k['min_budget'])} GiB"
+                if k["rc"] == 0 else f"failed | {k['err']} |")
+        w(f"| {r.m[0]} | {r.m[1]} | {r.m[3]} | {r.dev} | {r.prec} | {cell} |")
     w("")
     w("## Memory saved at a bounded overhead\n")
     w("Memory saved = 1 − budget / unconstrained peak, for the smallest budget whose median steady "
@@ -487,31 +741,17 @@ def write_md(rows, data, mb):
       "the baseline (the overhead at which it is reached is not given there).\n")
     for thr in THRESHOLDS:
         w(f"### at ≤ {thr}× keep's step time\n")
-        w("| row | device | " + " | ".join(POLICIES) + " |")
-        w("|---|---|" + "---|" * len(POLICIES))
-        for m, d in rows:
-            e = data["rows"][f"{m[0]}@{d[0]}"]
-            cells = []
-            for p in POLICIES:
-                f = e["search"].get(p, {}).get(str(thr))
-                cells.append("—" if not f else f"{1 - f['frac']:.0%} ({f['overhead']:.2f}×)")
-            best = max((1 - (e["search"].get(p, {}).get(str(thr)) or {"frac": 1})["frac"], p)
-                       for p in POLICIES)
-            cells = [f"**{c}**" if p == best[1] and best[0] > 0 else c
-                     for c, p in zip(cells, POLICIES)]
-            w(f"| {m[0]} | {d[1]} | " + " | ".join(cells) + " |")
-        w("")
+        saved_table(main, data, thr, w, False)
     stopped = sum(1 for e in data["rows"].values() for runs in e["runs"].values()
                   for r in runs.values() if r["rc"] == -1)
     total = sum(len(runs) for e in data["rows"].values() for runs in e["runs"].values())
     w("Each cell: memory saved (the overhead measured at that budget); bold: the most saved. "
-      f"{total} runs in all; {stopped} were stopped for taking too long in real time (the "
-      "simulator is deterministic but not free: delta's online steps at small budgets recompute "
-      "and compact heavily) and counted as over the threshold.\n")
+      f"{total} runs in all (the mixed-precision section's included); {stopped} were stopped for "
+      "taking too long in real time (the simulator is deterministic but not free: delta's online "
+      "steps at small budgets recompute and compact heavily) and counted as over the threshold.\n")
 
     w("## Why each choice: what delta released, and what it cost\n")
-    dev = dict(DEVICES)[WHY_DEVICE]
-    w(f"On the simulated {dev}, per step (means over the steady steps): the bytes delta swapped "
+    w(f"On the simulated {NAMES[WHY_DEVICE]}, per step (means over the steady steps): the bytes delta swapped "
       "out and the bytes it dropped to recompute, the seconds compute stalled waiting for "
       "transfers and the seconds spent recomputing, and its overhead beside the swap-only "
       "(autoswap) and recompute-only (dtr) peers at the same budget. The papers' argument — "
@@ -520,45 +760,27 @@ def write_md(rows, data, mb):
     w("| row | budget | swapped out GiB | dropped GiB | stall s | recompute s | delta | autoswap (swap only) | dtr (recompute only) |")
     w("|---|---|---|---|---|---|---|---|---|")
     tally = collections.Counter()
-    for m, d in rows:
-        if d[0] != WHY_DEVICE:
-            continue
-        keep = data["rows"][f"{m[0]}@{d[0]}"]["keep"]
-        if keep["rc"] != 0:
+    for r in main:
+        if r.gpu != WHY_DEVICE:
             continue
         for frac in WHY_BUDGETS:
-            r = {p: data["why"].get(f"{m[0]}@{frac}@{p}") for p in ("delta", "autoswap", "dtr")}
-            ov = {p: (f"{r[p]['step_s'] / keep['step_s']:.2f}×" if r[p] and r[p]["rc"] == 0
-                      else "refused" if r[p] and r[p]["rc"] == 3 else
-                      "not measured (over the time limit)" if r[p] and r[p]["rc"] == -1 else
-                      f"failed ({r[p]['err'][:40]})" if r[p] else "")
-                  for p in r}
-            dr = r["delta"]
-            if dr and dr["rc"] == 0:
-                mix = (f"{gib(dr['swap_out'])} | {gib(dr['dropped'])} | {dr['stall_s']:.3f} | "
-                       f"{dr['recompute_s']:.3f}")
-            else:
-                mix = "| | |"
-            w(f"| {m[0]} | {frac:.0%} | {mix} | {ov['delta']} | {ov['autoswap']} | {ov['dtr']} |")
-            if dr and dr["rc"] == 0:
-                tally["n"] += 1
-                tally["both"] += dr["swap_out"] > 0 and dr["dropped"] > 0
-                tally["le_both"] += all(not (r[p] and r[p]["rc"] == 0) or
-                                        dr["step_s"] <= r[p]["step_s"] + 1e-12
-                                        for p in ("autoswap", "dtr"))
-                tally["only"] += sum(1 for p in ("autoswap", "dtr") if r[p] and r[p]["rc"] != 0)
+            x, c = why_cells(data, r, frac)
+            if not c:
+                continue
+            w(f"| {r.m[0]} | {frac:.0%} | {c['mix']} | {c['ov']['delta']} | {c['ov']['autoswap']} | {c['ov']['dtr']} |")
+            why_tally(tally, x)
     w("")
     w(f"Of the {tally['n']} cells delta ran, it both swapped and dropped in {tally['both']}, and was "
       f"at least as fast as the swap-only and the recompute-only peer in {tally['le_both']}; "
       f"in {tally['only']} cells one of those peers could not run the budget at all (refused: "
       "dtr cannot move parameters, gradients or optimizer state, which exceed the budget there).\n")
 
+    mbrows = [r for r in main if r.mb]
     w("## Maximum batch against keep\n")
     if not mb:
         w("Not measured: this build of delta has no `maxbatch` command.\n")
     else:
-        devs = ", ".join(dict(DEVICES).get(g, g) for g in MB_DEVICES)
-        w(f"`delta maxbatch` on the simulated {devs}, each policy searched beside keep "
+        w(f"`delta maxbatch` on the simulated {mb_where(main)}, each policy searched beside keep "
           "(`--policies keep,P`, default `--min-throughput 0.75`: a batch counts only if its "
           "samples/s reach 0.75× keep's at keep's largest batch; 12 steps per probe). Each cell: "
           "largest batch (× keep's largest) and its samples/s (tokens are not counted: a GPT-2 or "
@@ -569,45 +791,308 @@ def write_md(rows, data, mb):
           "and says so (\"not finished\"); \"not run\": the run ended before this search started "
           "(`MB_RESUME=1 MODE=maxbatch scripts/results_sim.py build/delta build/results` goes on "
           "from there).\n")
-        w("| row | device | published | keep | " + " | ".join(POLICIES) + " |")
-        w("|---|---|---|---|" + "---|" * len(POLICIES))
-        cmds = []
-        for m, d in rows:
-            if d[0] not in MB_DEVICES:
-                continue
-            bp = data["rows"][f"{m[0]}@{d[0]}"].get("maxbatch", {}).get("by_policy", {})
-
-            def cell(p):
-                x = bp.get(p)
-                if not x:
-                    return "not run"
-                if "max_batch" not in x:
-                    return ("not finished" if x.get("status") == "timeout"
-                            else f"error: {x.get('err', '')[:60]}")
-                if x["max_batch"] == 0:
-                    return f"none ({x.get('limited_by', x.get('status'))})"
-                r = x.get("ratio_to_keep")
-                sps = x.get("samples_per_s")
-                return (f"{x['max_batch']}" +
-                        (f" (×{r:.2f})" if isinstance(r, (int, float)) and p != "keep" else "") +
-                        (f", {sps:.1f}/s" if isinstance(sps, (int, float)) and x["max_batch"] else ""))
-            pub = f"×{m[4]}" if m[4] else "—"
-            w(f"| {m[1]} {m[3].split(',')[0]} | {d[1]} | {pub} | {cell('keep')} | " +
-              " | ".join(cell(p) for p in POLICIES) + " |")
-            cmds += [x["cmd"] for x in bp.values() if "cmd" in x]
-        w("")
+        cmds = maxbatch_table(mbrows, data, w, False)
         if cmds:
             w(f"For example: `{cmds[0]}`.\n")
+
+    if mp:
+        mixed_precision(mp, data, mb, w)
+
     if "sim_at" in data:
         w(f"The simulated figures above were measured from {data['sim_at']} in "
           f"{data['sim_s'] / 60:.0f} minutes" +
           (f"; the max-batch searches from {data['maxbatch_at']} in {data['maxbatch_s'] / 60:.0f} minutes"
            if "maxbatch_at" in data else "") + ".\n")
+    if "why_at" in data:
+        w(f"The mixed-precision section's why-table runs were measured again "
+          f"(`MODE=why`, last at {data['why_at']}) to record the compaction column.\n")
     if data.get("again"):
         w(f"Measured again then (`AGAIN={','.join(data['again'])}`): "
           f"{', '.join(data['again'])}; every other policy's figures and the max-batch searches "
           f"are from the run of {data['others_at']}.\n")
     open(os.path.join(OUT, "sim.md"), "w").write("\n".join(o) + "\n")
+
+
+def peaks(devs, rows):
+    """The rows' devices' fp32 and bf16 peaks, in words, from their
+    `--gpu help` descriptions."""
+    out = {}
+    for r in rows:
+        d = devs.get(r.gpu, ("",))[0]
+        try:
+            f32 = float(d.split(" TFLOP/s fp32")[0].rsplit(", ", 1)[1])
+            b16 = float(d.split(" TFLOP/s bf16")[0].rsplit(", ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        out.setdefault((b16, f32), []).append(r.dev)
+    return "; ".join(f"{b:.0f} against {f:.0f} TFLOP/s fp32, {b / f:.0f}×" +
+                     ("" if len(out) == 1 else f" on the {' and '.join(dict.fromkeys(n))}")
+                     for (b, f), n in out.items()) or "see Configurations"
+
+
+def link_rate(desc):
+    """The host link's bytes/s from a `--gpu help` description."""
+    try:
+        return float(desc.rsplit("link ", 1)[1].split(" GB/s")[0]) * 1e9
+    except (IndexError, ValueError):
+        return None
+
+
+def mp_paragraph(data, pairs, byk):
+    """How and why delta's choices moved from fp32 to bf16, in words whose
+    figures and directions come from the runs above."""
+    rng = lambda v, f: "–" if not v else (f(min(v)) if f(min(v)) == f(max(v))
+                                          else f"{f(min(v))}–{f(max(v))}")
+    pc = lambda v: f"{v:.0%}"
+    xx = lambda v: f"{v:.2f}×"
+    both = []  # (m, g, fp32 row, bf16 row) whose keeps ran
+    for m, g in pairs:
+        a, b = byk.get((m[0], g, "fp32")), byk.get((m[0], g, "bf16"))
+        if a and b and all(data["rows"][r.key]["keep"]["rc"] == 0 for r in (a, b)):
+            both.append((m, g, a, b))
+    if not both:
+        return ""
+
+    def why(r, frac, p):
+        x = data["why"].get(f"{r.key}@{frac}@{p}")
+        return x if x and x["rc"] == 0 else None
+
+    def ov(r, frac, p):
+        x = why(r, frac, p)
+        return x and x["step_s"] / data["rows"][r.key]["keep"]["step_s"]
+
+    out = []
+    # the mix, budget by budget
+    for frac in WHY_BUDGETS:
+        cells = [(share(why(a, frac, "delta")), share(why(b, frac, "delta")))
+                 for m, g, a, b in both if why(a, frac, "delta") and why(b, frac, "delta")]
+        cells = [(x, y) for x, y in cells if x is not None and y is not None]
+        if not cells:
+            continue
+        down = sum(1 for x, y in cells if y < x - 0.05)
+        up = sum(1 for x, y in cells if y > x + 0.05)
+        stall = [(why(a, frac, "delta")["stall_s"] / data["rows"][a.key]["keep"]["step_s"],
+                  why(b, frac, "delta")["stall_s"] / data["rows"][b.key]["keep"]["step_s"])
+                 for m, g, a, b in both if why(a, frac, "delta") and why(b, frac, "delta")]
+        ovs = [(ov(a, frac, "delta"), ov(b, frac, "delta"))
+               for m, g, a, b in both if why(a, frac, "delta") and why(b, frac, "delta")]
+        out.append(
+            f"at {frac:.0%} of each peak the swapped share fell by more than 5 points in {down} "
+            f"of {len(cells)} pairs and rose in {up} (fp32 {rng([x for x, _ in cells], pc)}, "
+            f"bf16 {rng([y for _, y in cells], pc)}); the stall was "
+            f"{rng([x for x, _ in stall], pc)} of keep's step in fp32 and "
+            f"{rng([y for _, y in stall], pc)} in bf16, delta's overhead "
+            f"{rng([x for x, _ in ovs], xx)} against {rng([y for _, y in ovs], xx)}")
+    refused = [(f"{m[1]} on the {NAMES.get(g, g)} at {frac:.0%}", bool(why(b, frac, "autoswap")))
+               for frac in WHY_BUDGETS for m, g, a, b in both
+               if (data["why"].get(f"{b.key}@{frac}@delta") or {}).get("rc") == 3]
+    text = ("**How the director's choices moved.** Delta's mix, fp32 against bf16 in the same "
+            "model, device and budget fraction: " + "; ".join(out) + "." +
+            (f" delta was refused at {len(refused)} bf16 budgets ({', '.join(n for n, _ in refused)}"
+             f", just above bf16's minimum budget; autoswap ran {sum(1 for _, ok in refused if ok)} "
+             "of them)."
+             if refused else ""))
+
+    # memory at a bounded overhead, in GiB
+    def budget(r, thr):
+        s = saved(data["rows"][r.key], "delta", thr)
+        return None if s is None else (1 - s) * data["rows"][r.key]["keep"]["baseline_peak"]
+    sent = []
+    for thr in THRESHOLDS:
+        gb = [(budget(a, thr), budget(b, thr)) for m, g, a, b in both]
+        gb = [(x, y) for x, y in gb if x is not None and y is not None]
+        sv = [(saved(data["rows"][a.key], "delta", thr), saved(data["rows"][b.key], "delta", thr))
+              for m, g, a, b in both]
+        sv = [(x, y) for x, y in sv if x is not None and y is not None]
+        if gb:
+            sent.append(f"at ≤ {thr}× delta saved {rng([x for x, _ in sv], pc)} of the fp32 peak "
+                        f"and {rng([y for _, y in sv], pc)} of the bf16 one, and its bf16 budget "
+                        f"was at or above its fp32 budget in GiB in {sum(1 for x, y in gb if y >= x - 2**20)} "
+                        f"of {len(gb)} pairs")
+    spd = [data["rows"][a.key]["keep"]["step_s"] / data["rows"][b.key]["keep"]["step_s"]
+           for m, g, a, b in both]
+    byt = [data["rows"][b.key]["keep"]["baseline_peak"] / data["rows"][a.key]["keep"]["baseline_peak"]
+           for m, g, a, b in both]
+    rec = [tuple(why(r, 0.7, "delta")["recompute_s"] / data["rows"][r.key]["keep"]["step_s"]
+                 for r in (a, b)) for m, g, a, b in both if why(a, 0.7, "delta") and why(b, 0.7, "delta")]
+    text += (" **Why.** bf16 halves what there is to move (keep's peak is "
+             f"{rng(byt, pc)} of fp32's) but shortens the step it must hide behind "
+             f"{rng(spd, lambda v: f'{v:.1f}')}× (the products run at the BF16 peak, the "
+             "memory-bound ops at most 2× faster), and the host link is the same: moving keep's "
+             f"peak over it takes {rng([x * y for x, y in zip(byt, spd)], lambda v: f'{v:.1f}')} "
+             "times as many steps (above). Recomputation got dearer too, measured against "
+             "the step: at 70% delta's recomputation took " +
+             (f"{rng([x for x, _ in rec], pc)} of keep's step in fp32 and "
+              f"{rng([y for _, y in rec], pc)} in bf16" if rec else "–") +
+             ". So a byte released costs more of the step "
+             "either way, and delta releases fewer bytes at the same overhead. Memory at a bounded "
+             "overhead: " + "; ".join(sent) + ".")
+
+    # the peers
+    dtr = [(saved(data["rows"][a.key], "dtr", 1.1), saved(data["rows"][b.key], "dtr", 1.1))
+           for m, g, a, b in both]
+    dtr = [(x or 0, y or 0) for x, y in dtr]
+    d70 = [(ov(a, 0.7, "dtr"), ov(b, 0.7, "dtr")) for m, g, a, b in both]
+    d70 = [(x, y) for x, y in d70 if x and y]
+    comp = [(why(a, 0.7, "dtr"), why(b, 0.7, "dtr")) for m, g, a, b in both]
+    comp = [(x["defrag_bytes"], y["defrag_bytes"]) for x, y in comp
+            if x and y and "defrag_bytes" in x and "defrag_bytes" in y]
+    best13 = collections.Counter(
+        best_peer(data["rows"][b.key], lambda e, p: saved(e, p, 1.3))[1] for m, g, a, b in both)
+    text += (f" The recompute-only peer fell furthest: dtr saved {rng([x for x, _ in dtr], pc)} at "
+             f"≤ 1.1× in fp32 and {rng([y for _, y in dtr], pc)} in bf16" +
+             (f", its overhead at 70% going from {rng([x for x, _ in d70], xx)} to "
+              f"{rng([y for _, y in d70], xx)}" if d70 else "") +
+             (f", while it moved {rng([x / 2**30 for x, _ in comp], lambda v: f'{v:.1f}')} GiB a "
+              f"step within the arena to compact it in fp32 and "
+              f"{rng([y / 2**30 for _, y in comp], lambda v: f'{v:.1f}')} GiB in bf16 (a likely "
+              "cause, not isolated here: BF16 ops widen into fp32 workspace, larger transient "
+              "blocks to find room for)" if comp else "") +
+             ". At ≤ 1.3× the best peer in bf16 is " +
+             ", ".join(f"{p} in {n}" for p, n in best13.most_common()) + f" of {len(both)} rows.")
+    mbx = lambda r, p: ((data["rows"][r.key].get("maxbatch", {}).get("by_policy", {}).get(p) or {})
+                        .get("max_batch"))
+    mb = [(mbx(a, "keep"), mbx(b, "keep"), mbx(a, "delta"), mbx(b, "delta"),
+           batch_ratio(data["rows"][a.key], "delta"), batch_ratio(data["rows"][b.key], "delta"))
+          for m, g, a, b in both]
+    mb = [x for x in mb if all(isinstance(v, (int, float)) and v for v in x)]
+    sps = [(data["rows"][b.key]["maxbatch"]["by_policy"]["keep"]["samples_per_s"] /
+            data["rows"][a.key]["maxbatch"]["by_policy"]["keep"]["samples_per_s"])
+           for m, g, a, b in both if mbx(a, "keep") and mbx(b, "keep")]
+    if mb:
+        text += (f" Largest batch: keep's is {rng([y / x for x, y, *_ in mb], lambda v: f'{v:.1f}')}× "
+                 "larger in bf16 (half the activation bytes) and its samples/s, which set the "
+                 f"throughput floor, {rng(sps, lambda v: f'{v:.1f}')}× higher; delta's own "
+                 "largest batch moved "
+                 f"{rng([d / c for _, _, c, d, _, _ in mb], lambda v: f'{v:.2f}')}× (bf16 over fp32), "
+                 f"so its ratio to keep's fell from ×{rng([e for *_, e, _ in mb], lambda v: f'{v:.1f}')} "
+                 f"to ×{rng([f for *_, f in mb], lambda v: f'{v:.1f}')}.")
+    mins = [(m[1], data["rows"][a.key]["keep"]["min_budget"], data["rows"][b.key]["keep"]["min_budget"])
+            for m, g, a, b in both]
+    hi = list(dict.fromkeys(n for n, x, y in mins if y > x))
+    if hi:
+        text += (f" bf16's minimum budget is above fp32's for {', '.join(hi)} (the widened "
+                 "operands' fp32 copies are workspace that the budget counts; native BF16 "
+                 "kernels would remove them: docs/KERNELS.md).")
+    return text + "\n"
+
+
+def mixed_precision(mp, data, mb, w):
+    """The bf16 section: the MP_MODELS rows on MP_DEVICES in fp32 and bf16,
+    side by side, and what moved in delta's mix."""
+    devs = device_info()
+    names = list(dict.fromkeys(r.dev for r in mp))
+    w(f"## Mixed precision: bf16 on the simulated {' and '.join(names)}\n")
+    w("The same searches in fp32 and in bf16 (`--precision bf16`, see Configurations) on the same "
+      "simulated device. A bf16 row's unconstrained peak and keep step are bf16 keep's own, so its "
+      "percentages are of a smaller total: each cell also gives the budget in GiB. What bf16 "
+      "changes for a memory manager: the products run at the tensor cores' BF16 peak (on these "
+      f"presets {peaks(devs, mp)}) while the other ops, bound by HBM, gain at most "
+      "the 2× of their halved bytes, and the host link stays where it was — so a step has less "
+      "compute to hide a transfer behind.\n")
+    table_head(w, ["row", "device", "precision", "keep s/step", "peak", "delta saved ≤1.1×",
+                   "best peer", "delta saved ≤1.3×", "best peer", "delta max batch", "best peer"])
+    for r in mp:
+        e = data["rows"][r.key]
+        k = e["keep"]
+        if k["rc"] != 0:
+            w(f"| {label(r)} | {r.dev} | {r.prec} | failed: {k['err'][:60]} | | | | | | | |")
+            continue
+        cells = saved_cells(e, k, 1.1) + saved_cells(e, k, 1.3)
+        cells += mb_cells(e) if mb and r.mb else ["—", "—"]
+        w(f"| {label(r)} | {r.dev} | {r.prec} | {k['step_s']:.4f} | {gib(k['peak'])} GiB | " +
+          " | ".join(cells) + " |")
+    w("")
+    for thr in THRESHOLDS:
+        w(f"### bf16 and fp32 at ≤ {thr}× keep's step time\n")
+        saved_table(mp, data, thr, w, True)
+
+    w("### What delta released in bf16, and what it cost\n")
+    w("As in \"Why each choice\", at 70/50/30% of each precision's own peak: delta's bytes swapped "
+      "out and dropped per step, the swapped share of what it released (swapped / (swapped + "
+      "dropped)), the stall and the recomputation, its overhead beside the swap-only and the "
+      "recompute-only peer at the same budget, and the bytes delta's and dtr's steps moved "
+      "within the arena to compact it (`defrag_bytes`: an online step makes room for a block "
+      "by moving live ones; a replayed plan needs none).\n")
+    table_head(w, ["row", "device", "budget", "precision", "swapped out GiB", "dropped GiB",
+                   "swapped share", "stall s", "recompute s", "delta", "autoswap (swap only)",
+                   "dtr (recompute only)", "compacted GiB: delta, dtr"])
+    pairs = [(MODELS[i], g) for i, g in
+             dict.fromkeys((MODELS.index(r.m), r.gpu) for r in mp)]
+    byk = {(r.m[0], r.gpu, r.prec): r for r in mp}
+    tally = {p: collections.Counter() for p in ("fp32", "bf16")}
+    moves, shares = [], {"fp32": [], "bf16": []}
+    for m, g in pairs:
+        for frac in WHY_BUDGETS:
+            got = {}
+            for prec in ("fp32", "bf16"):
+                r = byk.get((m[0], g, prec))
+                if not r:
+                    continue
+                x, c = why_cells(data, r, frac)
+                if not c:
+                    continue
+                b = frac * c["keep"]["baseline_peak"]
+                sh = share(x["delta"]) if c["ok"] else None
+                cols = c["cols"][:2] + ["" if sh is None else f"{sh:.0%}"] + c["cols"][2:]
+                w(f"| {m[0]} | {r.dev} | {frac:.0%} ({gib(b)} GiB) | {prec} | " +
+                  " | ".join(cols) +
+                  f" | {c['ov']['delta']} | {c['ov']['autoswap']} | {c['ov']['dtr']} | " +
+                  ", ".join(gib(x[p]["defrag_bytes"]) if x[p] and "defrag_bytes" in x[p] else "–"
+                            for p in ("delta", "dtr")) + " |")
+                why_tally(tally[prec], x)
+                why_refused(tally[prec], x)
+                if sh is not None:
+                    got[prec] = sh
+                    shares[prec].append(sh)
+            if len(got) == 2:
+                moves.append(got["bf16"] - got["fp32"])
+    w("")
+
+    # the figures the paragraph below rests on
+    fewer = sum(1 for d in moves if d < -0.05)
+    more = sum(1 for d in moves if d > 0.05)
+    mean = lambda v: sum(v) / len(v) if v else float("nan")
+    speed, hide = [], []
+    for m, g in pairs:
+        a, b = byk.get((m[0], g, "fp32")), byk.get((m[0], g, "bf16"))
+        if not a or not b:
+            continue
+        ka, kb = data["rows"][a.key]["keep"], data["rows"][b.key]["keep"]
+        if ka["rc"] != 0 or kb["rc"] != 0:
+            continue
+        speed.append(ka["step_s"] / kb["step_s"])
+        bw = link_rate(devs.get(g, ("", 0))[0])
+        if bw:  # keep steps it takes to move the whole peak over the link once
+            hide.append((m[1], NAMES.get(g, g), ka["peak"] / bw / ka["step_s"],
+                         kb["peak"] / bw / kb["step_s"]))
+    t32, t16 = tally["fp32"], tally["bf16"]
+    w(f"Of the {t16['n']} bf16 cells delta ran, it both swapped and dropped in {t16['both']} "
+      f"(fp32: {t32['both']} of {t32['n']}) and was at least as fast as the swap-only and the "
+      f"recompute-only peer in {t16['le_both']} (fp32: {t32['le_both']}); in {t16['only']} bf16 "
+      f"cells one of those peers could not run the budget at all, and delta itself was refused "
+      f"in {t16['delta_refused']} (fp32: {t32['delta_refused']})" +
+      (f" and failed otherwise in {t16['delta_failed'] + t32['delta_failed']}"
+       if t16["delta_failed"] + t32["delta_failed"] else "") + ". The swapped share of what delta "
+      f"released moved, bf16 against fp32 in the same cell, down by more than 5 points in "
+      f"{fewer} of {len(moves)} cells and up by more than 5 in {more}; its mean went from "
+      f"{mean(shares['fp32']):.0%} in fp32 to {mean(shares['bf16']):.0%} in bf16. Keep's bf16 step "
+      f"is {min(speed):.1f}–{max(speed):.1f}× shorter than its fp32 step (not 15×: only the "
+      "products speed up that much), and moving keep's whole peak over the link once takes " +
+      "; ".join(f"{a} on the {d}: {x:.1f} fp32 steps, {y:.1f} bf16 steps" for a, d, x, y in hide) +
+      ".\n")
+    w(mp_paragraph(data, pairs, byk))
+    w("")
+
+    if mb:
+        w("### Maximum batch in bf16\n")
+        w(f"As \"Maximum batch against keep\", on the {' and '.join(names)} in both precisions "
+          f"(each search stopped after {data.get('mb_timeout', MB_TIMEOUT):.0f} s of real time).\n")
+        maxbatch_table([r for r in mp if r.mb], data, w, True)
+        miss = left_out([r for r in mp if r.mb], data)
+        if miss:
+            w("Left out (not finished in the time limit, or not run because the run was "
+              "stopped first): " + "; ".join(miss) + ".\n")
 
 
 if __name__ == "__main__":

@@ -177,11 +177,12 @@ static void list_gpus(FILE *f) {
     fprintf(f, "simulated GPUs (--backend sim --gpu NAME):\n");
     for (const delta_gpu_preset *p = delta_gpu_presets(); p->name; p++) {
         char mem[32];
-        fprintf(f, "  %-10s %s; %s, %.1f TFLOP/s fp32, %.0f GB/s HBM, "
+        fprintf(f, "  %-10s %s; %s, %.1f TFLOP/s fp32, %.0f TFLOP/s bf16, "
+                "%.0f GB/s HBM, "
                 "link %.0f GB/s\n", p->name, p->description,
                 delta_format_bytes(p->memory_bytes, mem, sizeof mem),
-                p->fp32_flops / 1e12, p->hbm_bytes_per_s / 1e9,
-                p->link_bytes_per_s / 1e9);
+                p->fp32_flops / 1e12, p->bf16_flops / 1e12,
+                p->hbm_bytes_per_s / 1e9, p->link_bytes_per_s / 1e9);
     }
 }
 
