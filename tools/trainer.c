@@ -260,7 +260,9 @@ static bool on_step(const delta_train_step *s, void *ud) {
                       trainer_result(t)->val_samples, t->cfg.run.val_data);
     json_log_step(t->json, s->step, s->loss, s->stats,
                   delta_trainer_budget_bytes(t->tr) != 0, s->batch,
-                  s->seq_len, s->val_loss);
+                  s->seq_len, s->val_loss,
+                  delta_lr_sched_varies(&t->cfg.run.lr_sched) ? s->lr : NAN,
+                  s->grad_norm);
     /* a diverged loss: the library ends the run, with no checkpoint of it;
      * every rank has this mean */
     if (!t->sim && !isfinite(s->loss)) {
