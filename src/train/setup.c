@@ -128,22 +128,33 @@ static void info_model(const delta_trainer *tr) {
     const delta_model_config *m = &model->cfg;
     const char *bf16 = m->precision == DELTA_PRECISION_BF16
                            ? "; precision bf16 (fp32 master weights)" : "";
-    char range[48] = "";
+    char range[48] = "", opt[192];
+    /* the optimizer, its schedule and clipping: "adamw lr 0.0003, cosine
+     * schedule (warmup 10, to 0.1 x lr at step 100), clip norm 1" */
+    int k = snprintf(opt, sizeof opt, "%s lr %g", tr->optimizer_name, tr->lr);
+    const delta_lr_sched *ls = &c->lr_sched;
+    if (delta_lr_sched_varies(ls) && k > 0 && (size_t)k < sizeof opt)
+        k += snprintf(opt + k, sizeof opt - (size_t)k, ", %s schedule "
+                      "(warmup %" PRId64 ", to %g x lr at step %" PRId64 ")",
+                      delta_lr_schedule_name(ls->kind), ls->warmup,
+                      ls->kind == DELTA_LR_CONSTANT ? 1.0 : ls->min_frac,
+                      ls->steps);
+    if (c->grad_clip > 0 && k > 0 && (size_t)k < sizeof opt)
+        snprintf(opt + k, sizeof opt - (size_t)k, ", clip norm %g",
+                 c->grad_clip);
     if (c->seq_len_max)
         snprintf(range, sizeof range, "%" PRId64 "..", c->seq_len_min);
     if (tr->image)
         train_info(tr, "model: %s, %.2fM parameters, batch %" PRId64 ", %"
                    PRId64 "x%" PRId64 "x%" PRId64 " images, %" PRId64
-                   " classes; %s lr %g%s", m->name,
+                   " classes; %s%s", m->name,
                    (double)model->n_params / 1e6, m->batch, m->channels,
-                   m->image_size, m->image_size, m->classes,
-                   tr->optimizer_name, tr->lr, bf16);
+                   m->image_size, m->image_size, m->classes, opt, bf16);
     else
         train_info(tr, "model: %s, %.2fM parameters, batch %" PRId64 " x %s%"
-                   PRId64 " tokens, vocab %" PRId64 ", dropout %g; %s lr %g%s",
+                   PRId64 " tokens, vocab %" PRId64 ", dropout %g; %s%s",
                    m->name, (double)model->n_params / 1e6, m->batch, range,
-                   m->seq_len, m->vocab, (double)m->dropout,
-                   tr->optimizer_name, tr->lr, bf16);
+                   m->seq_len, m->vocab, (double)m->dropout, opt, bf16);
 }
 
 /* delta_trainer_plan's work on a fresh trainer; on failure tr->err says
