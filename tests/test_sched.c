@@ -148,6 +148,65 @@ static void test_sumsq_threads(void) {
     delta_ctx_free(p.ctx);
 }
 
+/* Fourteen gradients of odd sizes (three grad_sumsq ops chained): the
+ * norm against a long-double sum of every gradient's squares, and the
+ * coefficient torch's formula gives for it. */
+static void test_norm_of_many_gradients(void) {
+    delta_ctx *c = delta_ctx_new();
+    delta_ctx_set_seed(c, 4);
+    int64_t xs[2] = {5, 13}, ys[1] = {5};
+    delta_tensor *x = delta_input(c, "x", DELTA_F32, 2, xs);
+    delta_tensor *y = delta_input(c, "y", DELTA_I32, 1, ys);
+    delta_tensor *h = x, *params[14];
+    int64_t width[8] = {13, 4099, 7, 9000, 3, 11, 5, 3};
+    for (int l = 0; l < 7; l++) {
+        int64_t ws[2] = {width[l + 1], width[l]}, bs[1] = {width[l + 1]};
+        params[2 * l] = delta_param(c, NULL, 2, ws,
+                                    (delta_init){DELTA_INIT_NORMAL, 0, 0.3f});
+        params[2 * l + 1] = delta_param(
+            c, NULL, 1, bs, (delta_init){DELTA_INIT_NORMAL, 0, 0.3f});
+        h = delta_linear(c, h, params[2 * l], params[2 * l + 1]);
+        if (l < 6) h = delta_gelu(c, h);
+    }
+    delta_backward(c, delta_cross_entropy(c, h, y, -100));
+    const float clip = 1e-3f;
+    delta_optimizer_sgd_with(c, (delta_sgd_opts){.lr = 0.1f},
+                             &(delta_optim_extras){NULL, clip});
+    delta_tensor *norm = delta_ctx_find(c, "grad_norm");
+    delta_tensor *coef = delta_ctx_find(c, "grad_clip_coef");
+    int sumsq_ops = 0;
+    for (int i = 0; i < delta_ctx_n_ops(c); i++) {
+        delta_op_info oi;
+        delta_ctx_op_info(c, i, &oi);
+        sumsq_ops += !strcmp(oi.type, "grad_sumsq");
+    }
+    CHECK(sumsq_ops == 3, "%d grad_sumsq ops for 14 gradients", sumsq_ops);
+    char err[256];
+    delta_exec *ex = delta_exec_new(c, NULL, err, sizeof err);
+    CHECK(ex && norm && coef, "%s %s", err, delta_ctx_error(c));
+    if (ex && norm && coef) {
+        float *xd = delta_exec_data(ex, x);
+        for (int i = 0; i < 65; i++) xd[i] = (float)((i * 7) % 11) / 5 - 1;
+        int32_t *yd = delta_exec_data(ex, y);
+        for (int i = 0; i < 5; i++) yd[i] = i % 3;
+        CHECK(delta_exec_run(ex, DELTA_RUN_STEP) == DELTA_OK);
+        long double ss = 0;
+        for (int k = 0; k < 14; k++) {
+            const float *g = delta_exec_data(ex, delta_tensor_grad(params[k]));
+            for (int64_t i = 0; i < delta_tensor_numel(params[k]); i++)
+                ss += (long double)g[i] * g[i];
+        }
+        float got = *(float *)delta_exec_data(ex, norm);
+        double want = sqrt((double)ss);
+        CHECK(fabs(got - want) <= 1e-6 * want && want > clip,
+              "norm %.9g, reference %.9g", got, want);
+        float cf = *(float *)delta_exec_data(ex, coef);
+        CHECK(cf == clip / (got + 1e-6f), "coefficient %.9g", cf);
+    }
+    delta_exec_free(ex);
+    delta_ctx_free(c);
+}
+
 /* ---- PyTorch ------------------------------------------------------------ */
 
 typedef struct fixture {
@@ -401,6 +460,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_schedule_values);
     TEST_RUN(test_lr_tensor_is_the_attribute);
     TEST_RUN(test_sumsq_threads);
+    TEST_RUN(test_norm_of_many_gradients);
     TEST_RUN(test_matches_pytorch);
     TEST_RUN(test_policies_match_keep_mlp);
     TEST_RUN(test_policies_match_keep_gpt2);
