@@ -253,6 +253,7 @@ static bool on_step(const delta_train_step *s, void *ud) {
     trainer *t = x->t;
     if (t->step_log) t->step_log[s->step - x->first - 1] = *s->stats;
     x->p.units_per_step = s->units;
+    x->p.grad_norm = s->grad_norm;
     progress_step(&x->p, s->step, s->loss, s->stats);
     if (!isnan(s->val_loss))
         progress_note(&x->p, "step %" PRId64 ": val loss %.4f (%" PRId64
