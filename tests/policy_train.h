@@ -48,6 +48,10 @@ typedef struct built {
  * would be fed, cut by rank). train_comm NULL: neither. */
 static delta_dp_opts train_dp = {.ranks = 1};
 static delta_comm *train_comm;
+/* > 0: build() clips the gradients to this global norm and train() keeps
+ * each step's norm in train_norms (the first 8; test_dp.c). */
+static float train_clip;
+static float train_norms[8];
 
 static inline bool build(const model_case *mc, built *b) {
     b->ctx = delta_ctx_new();
@@ -58,12 +62,13 @@ static inline bool build(const model_case *mc, built *b) {
     }
     delta_backward(b->ctx, b->model.loss);
     if (train_comm) delta_data_parallel(b->ctx, &train_dp);
+    delta_optim_extras x = {NULL, train_clip};
     if (mc->adamw) {
         delta_adamw_opts o = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f};
-        delta_optimizer_adamw(b->ctx, o);
+        delta_optimizer_adamw_with(b->ctx, o, &x);
     } else {
         delta_sgd_opts o = {0.05f, 0.9f, 0, false};
-        delta_optimizer_sgd(b->ctx, o);
+        delta_optimizer_sgd_with(b->ctx, o, &x);
     }
     return delta_ctx_status(b->ctx) == DELTA_OK;
 }
@@ -144,8 +149,10 @@ static inline outcome train(const model_case *mc, delta_backend *be,
                      char *why, size_t why_n) {
     built b;
     CHECK(build(mc, &b), "%s builds", mc->label);
+    delta_tensor *norm = delta_ctx_find(b.ctx, "grad_norm");
     delta_session_opts so = {.backend = be, .budget_bytes = budget,
-                             .policy = policy, .comm = train_comm};
+                             .policy = policy, .comm = train_comm,
+                             .outputs = &norm, .n_outputs = norm ? 1 : 0};
     delta_status st;
     delta_session *s = delta_session_new(b.ctx, &so, &st, why, why_n);
     /* data parallel: a rank that refused must not leave the others waiting
@@ -185,6 +192,8 @@ static inline outcome train(const model_case *mc, delta_backend *be,
             oc = FAILED_RUN;
             break;
         }
+        if (norm && step < 8)
+            delta_session_read(s, norm, &train_norms[step], sizeof(float));
         if (ss.peak_device_bytes > *peak) *peak = ss.peak_device_bytes;
         CHECK(ss.peak_device_bytes <= delta_session_budget(s),
               "%s %s step %d: high-water %zu above the budget %zu", mc->label,

@@ -879,6 +879,47 @@ static void test_plan(void) {
           res.err);
 }
 
+/* The schedule's and clipping's options: bad values exit 2 before any
+ * work; the help names them; --json has lr and grad_norm per step. */
+static void test_lr_schedule_options(void) {
+#define TINY "--model", "gpt2-tiny", "--steps", "2", "--quiet"
+    FAILS(2, "--warmup", TINY, "--warmup", "-1");
+    FAILS(2, "--lr-min", TINY, "--lr-schedule", "cosine", "--lr-min", "1.5");
+    FAILS(2, "--lr-min", TINY, "--lr-min", "-0.1");
+    FAILS(2, "give it with --lr-schedule cosine or linear", TINY, "--lr-min",
+          "0.1");
+    FAILS(2, "--grad-clip", TINY, "--grad-clip", "-1");
+    FAILS(2, "unknown --lr-schedule 'step'", TINY, "--lr-schedule", "step");
+    FAILS(2, "needs the run's total steps", "--model", "gpt2-tiny",
+          "--steps", "0", "--lr-schedule", "linear", "--quiet");
+    FAILS(2, "each ZeRO-1 rank holds only its shard's", TINY, "--grad-clip",
+          "1", "--zero", "1", "--ranks", "2", "--backend", "sim");
+    const char *help[] = {"--help", NULL};
+    run_tool(&res, true, help);
+    CHECK(res.status == 0 && strstr(res.out, "--lr-schedule NAME") &&
+              strstr(res.out, "--warmup N") && strstr(res.out, "--lr-min F") &&
+              strstr(res.out, "--grad-clip C"),
+          "--help lacks the schedule's options");
+    char log[128];
+    path_in_tmp(log, sizeof log, "sched.jsonl");
+    /* warmup longer than the run is allowed: it stays in warmup */
+    TRAIN("--model", "gpt2-tiny", "--steps", "3", "--quiet", "--lr", "0.01",
+          "--lr-schedule", "linear", "--warmup", "4", "--grad-clip", "1",
+          "--json", log);
+    CHECK(res.status == 0, "%d %s", res.status, res.err);
+    cJSON *objs[8];
+    int n = read_json_lines(log, objs, 8);
+    CHECK(n == 4, "%d lines", n); /* 3 steps and the summary */
+    for (int i = 0; i < n && i < 3; i++) {
+        /* written with 9 digits: a float's value exactly */
+        CHECK((float)num(objs[i], "lr") == (float)(0.01 * (i + 1) / 4),
+              "step %d: lr %.9g", i + 1, num(objs[i], "lr"));
+        CHECK(num(objs[i], "grad_norm") > 0, "step %d", i + 1);
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(objs[i]);
+#undef TINY
+}
+
 /* ---- changing shapes --------------------------------------------------------- */
 
 /* Compares two files byte for byte. */
@@ -1080,6 +1121,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_seq_len_range_exact);
     TEST_RUN(test_partial_batch_exact);
     TEST_RUN(test_check_streams);
+    TEST_RUN(test_lr_schedule_options);
     cli_cleanup();
     TEST_MAIN_END();
 }

@@ -164,7 +164,11 @@ static delta_ctx *extra_graph(bool bf16) {
     if (bf16) y = delta_cast(c, y, DELTA_F32);
     delta_tensor *loss = delta_sum(c, y);
     delta_backward(c, loss);
-    delta_optimizer_sgd(c, (delta_sgd_opts){0.1f, 0.9f, 0.01f, true});
+    /* the step's lr from a tensor and clipping by global norm: the
+     * grad_sumsq chain and clip_coef, and updates reading both */
+    delta_tensor *lr = delta_input(c, "lr", DELTA_F32, 0, NULL);
+    delta_optimizer_sgd_with(c, (delta_sgd_opts){0.1f, 0.9f, 0.01f, true},
+                             &(delta_optim_extras){lr, 0.5f});
     return c;
 }
 
@@ -318,6 +322,8 @@ static bool bit_exact(delta_op_type t) {
     case DELTA_OP_GLOBAL_AVGPOOL: case DELTA_OP_GLOBAL_AVGPOOL_BWD:
     case DELTA_OP_BN_RUNNING_UPDATE: case DELTA_OP_SGD_UPDATE:
     case DELTA_OP_ADAMW_UPDATE: case DELTA_OP_CAST:
+    /* the CPU's chunks, lanes and order; IEEE sqrt and division */
+    case DELTA_OP_GRAD_SUMSQ: case DELTA_OP_CLIP_COEF:
         return true;
     default:
         return false;
@@ -388,7 +394,8 @@ static void fill_input(const delta_op *op, int j, const delta_tensor *t,
                     (op->type == DELTA_OP_BATCHNORM_BWD && j == 3) ||
                     (op->type == DELTA_OP_BN_RUNNING_UPDATE && j == 1) ||
                     (op->type == DELTA_OP_LAYERNORM_BWD && j == 2) ||
-                    (op->type == DELTA_OP_ADAMW_UPDATE && j == 3);
+                    (op->type == DELTA_OP_ADAMW_UPDATE && j == 3) ||
+                    (op->type == DELTA_OP_CLIP_COEF && j == 0);
     if (positive) lo = 0.5f, hi = 1.5f;
     bool bf16 = t->dtype == DELTA_BF16;
     float *f = bf16 ? malloc((size_t)n * sizeof *f) : buf;

@@ -245,7 +245,7 @@ static void test_dp_every_policy(void) {
  * margin (the largest difference measured here is printed), while any
  * real error (a wrong share of the data, a sum instead of a mean, a
  * gradient lost) moves parameters by ~lr |g| >= 1e-3. */
-static void test_dp_matches_one_rank(void) {
+static void matches_one_rank(void) {
     model_case mc = models[2];
     mc.cfg.dropout = 0;
     mc.adamw = false;
@@ -258,6 +258,8 @@ static void test_dp_matches_one_rank(void) {
     outcome oc = agree(train(&mc, be, "keep", 0, &got, &got_n, &peak, &sum,
                              why, sizeof why));
     CHECK(oc == RAN, "two ranks: %s", why);
+    float norms2[8];
+    memcpy(norms2, train_norms, sizeof norms2);
     if (rank_ == 0 && oc == RAN) {
         /* one rank, twice the batch: the same global batches */
         delta_dp_opts saved = train_dp;
@@ -270,6 +272,12 @@ static void test_dp_matches_one_rank(void) {
         train_dp = saved;
         train_comm = sc;
         CHECK(oc == RAN && want_n == got_n, "one rank: %s", why);
+        /* clipping: the norm of the mean gradients, the one rank's */
+        for (int i = 0; train_clip > 0 && i < 5; i++)
+            CHECK(fabs(norms2[i] - train_norms[i]) <= 1e-5 * train_norms[i] &&
+                      norms2[i] > train_clip,
+                  "step %d: norm %.9g on 2 ranks, %.9g on one", i, norms2[i],
+                  train_norms[i]);
         double worst = 0, worst_rel = 0;
         int bad = 0;
         for (size_t i = 0; oc == RAN && i + 4 <= got_n; i += 4) {
@@ -293,6 +301,50 @@ static void test_dp_matches_one_rank(void) {
     free(got);
     free(want);
     train_steps = steps_saved;
+}
+
+static void test_dp_matches_one_rank(void) { matches_one_rank(); }
+
+/* Clipping by global norm on two ranks: the norm is of the mean gradients
+ * (after the allreduce), so two ranks x batch 2 match one rank x batch 4
+ * within rounding as without clipping (a norm of one rank's own
+ * gradients would scale each rank's updates differently); the limit is
+ * below the norm (the clipped run differs from the unclipped one), and
+ * every policy at its tighter budget trains keep's bits on two ranks. */
+static void test_dp_clip(void) {
+    model_case mc = models[2];
+    mc.cfg.dropout = 0;
+    mc.adamw = false;
+    train_clip = 0.05f;
+    matches_one_rank();
+    char *clipped = NULL, *plain = NULL, *got = NULL, why[512];
+    size_t clipped_n = 0, plain_n = 0, got_n = 0, peak, min_budget;
+    delta_step_stats sum;
+    outcome oc = agree(train(&mc, be, "keep", 0, &clipped, &clipped_n, &peak,
+                             &sum, why, sizeof why));
+    CHECK(oc == RAN, "keep, clipped: %s", why);
+    size_t rpeak = rank_peak(&mc, &min_budget);
+    for (size_t p = 0; oc == RAN && p < sizeof policies / sizeof *policies;
+         p++) {
+        int pct = budgets_of(policies[p], 0)[1];
+        outcome po = agree(train(&mc, be, policies[p], rpeak * (size_t)pct /
+                                 100, &got, &got_n, &peak, &sum, why,
+                                 sizeof why));
+        CHECK(po == RAN && got_n == clipped_n &&
+                  !memcmp(got, clipped, got_n),
+              "%s at %d%%, clipped: %s", policies[p], pct,
+              po == RAN ? "differs from keep on 2 ranks" : why);
+        free(got);
+        got = NULL;
+    }
+    train_clip = 0;
+    oc = agree(train(&mc, be, "keep", 0, &plain, &plain_n, &peak, &sum, why,
+                     sizeof why));
+    CHECK(oc == RAN && plain_n == clipped_n &&
+              memcmp(plain, clipped, plain_n) != 0,
+          "the limit did not clip: %s", why);
+    free(clipped);
+    free(plain);
 }
 
 /* ---- ZeRO-1's per-rank memory --------------------------------------------------- */
@@ -468,6 +520,7 @@ int main(int argc, char **argv) {
     run_all(test_collectives_in_pieces, "test_collectives_in_pieces");
     run_all(test_dp_every_policy, "test_dp_every_policy");
     run_all(test_dp_matches_one_rank, "test_dp_matches_one_rank");
+    run_all(test_dp_clip, "test_dp_clip");
     run_all(test_zero_peak, "test_zero_peak");
     delta_backend_free(be);
     if (rank_ == 0)

@@ -112,6 +112,44 @@ static void test_program_key_data_parallel(void) {
     CHECK(dp_key(2, 0, 0) != dp_key(2, 0, 1), "ZeRO-1");
 }
 
+/* A schedule and clipping: the lr tensor's program is one key whatever is
+ * written into it (its value is data), another than the attribute's;
+ * another clipping limit is another key; and every attribute the two
+ * add (lr_in, coef_in, has_acc) is hashed. */
+static uint64_t sched_key(bool lr_tensor, float clip, int flip) {
+    delta_ctx *c = delta_ctx_new();
+    delta_model m;
+    delta_model_config cfg = {.name = "mlp", .batch = 4};
+    delta_model_build(c, &cfg, &m);
+    delta_backward(c, m.loss);
+    delta_optim_extras x = {NULL, clip};
+    if (lr_tensor) x.lr_tensor = delta_input(c, "lr", DELTA_F32, 0, NULL);
+    delta_optimizer_adamw_with(c, (delta_adamw_opts){.lr = 1e-3f,
+                                                     .beta1 = 0.9f,
+                                                     .beta2 = 0.999f,
+                                                     .eps = 1e-8f}, &x);
+    CHECK(delta_ctx_status(c) == DELTA_OK, "%s", delta_ctx_error(c));
+    for (int i = 0; flip && i < c->n_ops; i++) {
+        delta_op *op = &c->ops[i];
+        if (flip == 1 && op->type == DELTA_OP_ADAMW_UPDATE) op->a.lr_in ^= 7;
+        if (flip == 2 && op->type == DELTA_OP_ADAMW_UPDATE) op->a.coef_in ^= 7;
+        if (flip == 3 && op->type == DELTA_OP_GRAD_SUMSQ) op->a.has_acc ^= 1;
+    }
+    uint64_t k = delta_program_key(c);
+    delta_ctx_free(c);
+    return k;
+}
+
+static void test_program_key_schedule(void) {
+    uint64_t t = sched_key(true, 1.0f, 0);
+    CHECK(t == sched_key(true, 1.0f, 0), "the same key twice");
+    CHECK(t != sched_key(false, 1.0f, 0), "the lr tensor and the attribute");
+    CHECK(t != sched_key(true, 0.5f, 0), "another clipping limit");
+    CHECK(t != sched_key(true, 0, 0), "clipping and none");
+    for (int f = 1; f <= 3; f++)
+        CHECK(t != sched_key(true, 1.0f, f), "attribute %d is not hashed", f);
+}
+
 static void test_put_get(void) {
     delta_plan_cache *c = delta_plan_cache_new();
     CHECK(c != NULL);
@@ -401,6 +439,7 @@ static void test_session_handover(void) {
 int main(void) {
     TEST_RUN(test_program_key);
     TEST_RUN(test_program_key_data_parallel);
+    TEST_RUN(test_program_key_schedule);
     TEST_RUN(test_put_get);
     TEST_RUN(test_managed_views);
     TEST_RUN(test_names_stable_across_shapes);

@@ -299,6 +299,54 @@ static void test_f16_widening(void) {
     CHECK(isnan(delta_f16_to_f32(0x7e00)) && isnan(delta_f16_to_f32(0xfe01)));
 }
 
+/* A cosine schedule with warmup and clipping: 4 steps == 2 + 2 (the
+ * second half under dtr at 60%: the schedule goes on from the session's
+ * step); a resume with another schedule, clip or length is refused, and
+ * a cosine decaying to --lr-min 1 (the lr tensor holding lr each step) is
+ * the constant run's bits. */
+#define SCHED "--lr-schedule", "cosine", "--warmup", "1", "--lr-min", "0.1", \
+              "--grad-clip", "0.5"
+static void test_schedule_resume(void) {
+    char full[128], half[128], out[128], flat[128], plain[128];
+    path_in_tmp(full, sizeof full, "s_full.safetensors");
+    path_in_tmp(half, sizeof half, "s_half.safetensors");
+    path_in_tmp(out, sizeof out, "s_out.safetensors");
+    path_in_tmp(flat, sizeof flat, "s_flat.safetensors");
+    path_in_tmp(plain, sizeof plain, "s_plain.safetensors");
+    TRAIN(GPT2, SCHED, "--steps", "4", "--checkpoint-every", "4", "--save",
+          full);
+    CHECK(res.status == 0, "4 steps: %d %s", res.status, res.err);
+    /* the first half: the 4-step schedule's run stopped at step 3 (the
+     * test hook), its checkpoint of step 2 intact */
+    setenv("DELTA_TEST_RANK_FAIL", "0:3", 1);
+    TRAIN(GPT2, SCHED, "--steps", "4", "--checkpoint-every", "2", "--save",
+          half);
+    unsetenv("DELTA_TEST_RANK_FAIL");
+    CHECK(res.status == 1 && file_step(half) == 2, "stopped at 3: %d %s",
+          res.status, res.err);
+    remove(out);
+    TRAIN(GPT2, SCHED, "--steps", "4", "--resume", half, "--save", out,
+          "--policy", "dtr", "--budget", "60%");
+    CHECK(res.status == 0, "resume: %d %s", res.status, res.err);
+    same_tensors(full, out, NULL);
+    FAILS(2, "--lr-schedule: cosine in the checkpoint, linear in this run",
+          GPT2, "--lr-schedule", "linear", "--warmup", "1", "--lr-min",
+          "0.1", "--grad-clip", "0.5", "--steps", "4", "--resume", full);
+    FAILS(2, "--grad-clip: 0.5 in the checkpoint, 1 in this run", GPT2,
+          "--lr-schedule", "cosine", "--warmup", "1", "--lr-min", "0.1",
+          "--grad-clip", "1", "--steps", "4", "--resume", full);
+    FAILS(2, "--steps (the schedule's): 4 in the checkpoint, 6 in this run",
+          GPT2, SCHED, "--steps", "6", "--resume", full);
+    FAILS(2, "--lr-schedule: cosine in the checkpoint, constant in this run",
+          GPT2, "--steps", "6", "--resume", full);
+    TRAIN(GPT2, "--steps", "3", "--lr-schedule", "cosine", "--lr-min", "1",
+          "--save", flat);
+    CHECK(res.status == 0, "--lr-min 1: %d %s", res.status, res.err);
+    TRAIN(GPT2, "--steps", "3", "--save", plain);
+    CHECK(res.status == 0, "constant: %d %s", res.status, res.err);
+    same_tensors(flat, plain, NULL);
+}
+
 static void test_resume_refusals(void) {
     const char *help[] = {"--help", NULL};
     run_tool(&res, true, help);
@@ -648,6 +696,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_partial_batch_exact);
     TEST_RUN(test_pytorch_takes_checkpoints);
     TEST_RUN(test_resume_refusals);
+    TEST_RUN(test_schedule_resume);
     TEST_RUN(test_bf16_weights);
     TEST_RUN(test_f16_widening);
     TEST_RUN(test_kill_mid_save);

@@ -81,6 +81,17 @@ static void usage(FILE *f) {
 "                       3e-4, weight decay 0.01)\n"
 "  --lr X --momentum X --weight-decay X\n"
 "                       (--momentum is beta1 for adamw)\n"
+"  --lr-schedule NAME   constant (default), cosine or linear: from --lr\n"
+"                       down to --lr-min x --lr over --steps (the run's\n"
+"                       total, so --resume continues it), as llm.c\n"
+"  --warmup N           first N steps: lr x (step + 1) / N (default 0;\n"
+"                       N above --steps is allowed: the run stays in warmup)\n"
+"  --lr-min F           fraction of --lr the decay ends at, in [0, 1]\n"
+"                       (default 0; llm.c's final_lr_frac)\n"
+"  --grad-clip C        clip the gradients to global norm C as torch's\n"
+"                       clip_grad_norm_ (llm.c and transformers use 1.0);\n"
+"                       default 0: off. The step's norm is grad_norm in\n"
+"                       --json. Not with --zero 1\n"
 "runtime:\n"
 "  --backend NAME       cpu (default), sim (a simulated GPU: no data,\n"
 "                       times and memory are simulated) or cuda (an NVIDIA\n"
@@ -198,7 +209,8 @@ enum {
     OPT_GPU_FILE, OPT_CHECK_STREAMS, OPT_PRECISION, OPT_NO_FUSION,
     OPT_SAVE_DTYPE, OPT_RANKS, OPT_ZERO, OPT_BUCKET, OPT_INTERCONNECT,
     OPT_COMM_TIMEOUT, OPT_VAL_DATA, OPT_VAL_EVERY, OPT_POSITIONS,
-    OPT_LAST = OPT_POSITIONS
+    OPT_LR_SCHEDULE, OPT_WARMUP, OPT_LR_MIN, OPT_GRAD_CLIP,
+    OPT_LAST = OPT_GRAD_CLIP
 };
 
 static const struct option long_opts[] = {
@@ -221,6 +233,10 @@ static const struct option long_opts[] = {
     {"steps", required_argument, NULL, OPT_STEPS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"lr", required_argument, NULL, OPT_LR},
+    {"lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"lr-min", required_argument, NULL, OPT_LR_MIN},
+    {"grad-clip", required_argument, NULL, OPT_GRAD_CLIP},
     {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
     {"momentum", required_argument, NULL, OPT_MOMENTUM},
     {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
@@ -414,6 +430,29 @@ static int parse_args(int argc, char **argv, train_config *c,
                 c->run.lr <= 0)
                 return usage_error("%s: expected a learning rate above 0 "
                                    "and at most 100, got '%s'", opt, a);
+            break;
+        case OPT_LR_SCHEDULE:
+            if (!delta_lr_schedule_find(a, &c->run.lr_sched.kind))
+                return usage_error("unknown --lr-schedule '%s'; the "
+                                   "schedules are constant, cosine and "
+                                   "linear", a);
+            break;
+        case OPT_WARMUP:
+            if (!parse_i64(opt, a, 0, 1000000000, &c->run.lr_sched.warmup,
+                           err, sizeof err))
+                return usage_error("%s (steps of linear warmup)", err);
+            break;
+        case OPT_LR_MIN:
+            if (!parse_f64(opt, a, 0, 1, &c->run.lr_sched.min_frac, err,
+                           sizeof err))
+                return usage_error("%s (the fraction of --lr the decay "
+                                   "ends at)", err);
+            break;
+        case OPT_GRAD_CLIP:
+            if (!parse_f64(opt, a, 0, 1e30, &c->run.grad_clip, err,
+                           sizeof err))
+                return usage_error("%s (the largest global norm of the "
+                                   "gradients; 0: no clipping)", err);
             break;
         case OPT_OPTIMIZER:
             if (!strcmp(a, "sgd")) c->run.optimizer = DELTA_TRAIN_OPT_SGD;
@@ -645,6 +684,13 @@ static int parse_args(int argc, char **argv, train_config *c,
     if (c->run.device_jitter && !train_on(c, "cpu"))
         return usage_error("--device-jitter delays the cpu backend's "
                            "streams; use it with --backend cpu");
+    /* the schedule runs over the run's total steps (a resumed run counts
+     * from the start of training, so it continues the same schedule) */
+    c->run.lr_sched.steps = c->steps;
+    if ((given & ((uint64_t)1 << (OPT_LR_MIN - OPT_MODEL))) &&
+        c->run.lr_sched.kind == DELTA_LR_CONSTANT)
+        return usage_error("--lr-min is where a decay ends; give it with "
+                           "--lr-schedule cosine or linear");
     /* --hidden: mlp's hidden width, or a transformer's. */
     if (hidden) {
         if (c->run.model.name && !strcmp(c->run.model.name, "mlp"))

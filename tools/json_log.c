@@ -71,13 +71,16 @@ bool json_log_val(json_log *l, int64_t step, double val_loss) {
 
 bool json_log_step(json_log *l, int64_t step, double loss,
                    const delta_step_stats *st, bool budget_limited,
-                   int64_t batch, int64_t seq_len, double val_loss) {
+                   int64_t batch, int64_t seq_len, double val_loss,
+                   double lr, double grad_norm) {
     if (!l) return true;
     cJSON *o = cJSON_CreateObject();
     if (!o) return false;
     cJSON_AddNumberToObject(o, "step", (double)step);
     json_add_number_or_null(o, "loss", loss);
     if (!isnan(val_loss)) json_add_number_or_null(o, "val_loss", val_loss);
+    if (!isnan(lr)) cJSON_AddNumberToObject(o, "lr", lr);
+    if (!isnan(grad_norm)) json_add_number_or_null(o, "grad_norm", grad_norm);
     cJSON_AddNumberToObject(o, "step_s", st->step_s);
     cJSON_AddNumberToObject(o, "peak_device_bytes",
                             (double)st->peak_device_bytes);

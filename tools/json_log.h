@@ -42,10 +42,14 @@ bool json_log_write(json_log *l, const cJSON *obj);
 /* One step's line. loss NAN gives null; budget_limited false writes
  * budget_bytes as null (the arena was sized to fit, nobody chose it).
  * batch and seq_len: the step's shape (seq_len 0: not written); val_loss:
- * the validation loss computed after the step (NAN: none, not written). */
+ * the validation loss computed after the step (NAN: none, not written);
+ * lr: the step's learning rate (NAN: a constant one, not written);
+ * grad_norm: the gradients' global norm with --grad-clip (NAN: not
+ * written). */
 bool json_log_step(json_log *l, int64_t step, double loss,
                    const delta_step_stats *st, bool budget_limited,
-                   int64_t batch, int64_t seq_len, double val_loss);
+                   int64_t batch, int64_t seq_len, double val_loss,
+                   double lr, double grad_norm);
 
 /* A validation's line outside a step's: {"step": step, "val_loss": v}
  * (step 0: before training, as llm.c validates). */

@@ -37,6 +37,7 @@ void progress_init(progress *p, progress_mode mode, FILE *out, int64_t steps,
     p->units_per_step = units_per_step;
     p->simulated = simulated;
     p->budget_bytes = budget_bytes;
+    p->grad_norm = NAN;
     p->t0 = progress_now();
     p->last_draw = -1e9;
 }
@@ -89,8 +90,11 @@ static void format_status(const progress *p, int64_t step, double loss,
     double r = secs > 0 ? units / secs : 0;
     snprintf(rate, sizeof rate, "%.0f %s/s%s", r, p->unit,
              p->simulated ? " (simulated)" : "");
-    snprintf(buf, n, "step %lld/%lld  loss %s  %s  mem %s", (long long)step,
-             (long long)p->steps, lossbuf, rate, mem);
+    char norm[32] = "";
+    if (!isnan(p->grad_norm))
+        snprintf(norm, sizeof norm, "  norm %.4f", p->grad_norm);
+    snprintf(buf, n, "step %lld/%lld  loss %s%s  %s  mem %s", (long long)step,
+             (long long)p->steps, lossbuf, norm, rate, mem);
 }
 
 void progress_step(progress *p, int64_t step, double loss,

@@ -30,6 +30,8 @@ typedef struct progress {
     int64_t every;          /* PROGRESS_LINES: steps between lines */
     const char *unit;       /* "samples" or "tokens" */
     double units_per_step;  /* batch or batch * T */
+    double grad_norm;       /* the step's gradient norm (--grad-clip), shown
+                               after the loss as llm.c does; NAN: none */
     bool simulated;         /* sim: times are simulated, there is no loss */
     size_t budget_bytes;    /* 0: unlimited (no "of budget" shown) */
     /* The rate shown is over the last PROGRESS_WINDOW steps (tqdm-like),

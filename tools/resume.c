@@ -15,7 +15,7 @@
 
 #define OPT_PREFIX "optimizer."
 /* Settings compared on resume, and metadata entries a checkpoint adds. */
-#define MAX_FIELDS 32
+#define MAX_FIELDS 40
 /* Differences and missing tensors listed before "... and N more". */
 #define MAX_LISTED 20
 
@@ -164,6 +164,17 @@ static int run_fields(trainer *t, field *f) {
     n = add_f64(f, n, "lr", "--lr", lr);
     n = add_f64(f, n, "momentum", "--momentum", momentum);
     n = add_f64(f, n, "weight_decay", "--weight-decay", weight_decay);
+    /* the schedule and clipping (absent from older files: constant, none;
+     * a varying schedule's length is --steps, so it must stay the same) */
+    const delta_lr_sched *ls = &c->run.lr_sched;
+    bool varies = delta_lr_sched_varies(ls);
+    n = add_str(f, n, "lr_schedule", "--lr-schedule",
+                delta_lr_schedule_name(ls->kind));
+    n = add_i64(f, n, "warmup", "--warmup", ls->warmup, false);
+    n = add_f64(f, n, "lr_min", "--lr-min", ls->min_frac);
+    n = add_i64(f, n, "lr_schedule_steps", "--steps (the schedule's)",
+                varies ? ls->steps : 0, false);
+    n = add_f64(f, n, "grad_clip", "--grad-clip", c->run.grad_clip);
     n = add_i64(f, n, "seed", "--seed", (int64_t)c->run.seed, false);
     n = add_str(f, n, "shuffle", "--no-shuffle",
                 c->run.no_shuffle ? "false" : "true");
@@ -363,6 +374,13 @@ static int compare_settings(trainer *t, const delta_st_file *f) {
         /* files from before --precision trained in fp32; from before
          * data parallel, on one rank */
         if (!was && !strcmp(cur[i].key, "precision")) was = "fp32";
+        /* from before schedules and clipping: a constant lr, no clip */
+        if (!was && !strcmp(cur[i].key, "lr_schedule")) was = "constant";
+        if (!was && (!strcmp(cur[i].key, "warmup") ||
+                     !strcmp(cur[i].key, "lr_min") ||
+                     !strcmp(cur[i].key, "lr_schedule_steps") ||
+                     !strcmp(cur[i].key, "grad_clip")))
+            was = "0";
         if (!was) was = cur[i].model                  ? "0"
                         : !strcmp(cur[i].key, "ranks") ? "1"
                                                        : "(none)";

@@ -253,6 +253,7 @@ static bool on_step(const delta_train_step *s, void *ud) {
     trainer *t = x->t;
     if (t->step_log) t->step_log[s->step - x->first - 1] = *s->stats;
     x->p.units_per_step = s->units;
+    x->p.grad_norm = s->grad_norm;
     progress_step(&x->p, s->step, s->loss, s->stats);
     if (!isnan(s->val_loss))
         progress_note(&x->p, "step %" PRId64 ": val loss %.4f (%" PRId64
@@ -260,7 +261,9 @@ static bool on_step(const delta_train_step *s, void *ud) {
                       trainer_result(t)->val_samples, t->cfg.run.val_data);
     json_log_step(t->json, s->step, s->loss, s->stats,
                   delta_trainer_budget_bytes(t->tr) != 0, s->batch,
-                  s->seq_len, s->val_loss);
+                  s->seq_len, s->val_loss,
+                  delta_lr_sched_varies(&t->cfg.run.lr_sched) ? s->lr : NAN,
+                  s->grad_norm);
     /* a diverged loss: the library ends the run, with no checkpoint of it;
      * every rank has this mean */
     if (!t->sim && !isfinite(s->loss)) {

@@ -58,6 +58,10 @@ static void settings_text(const trainer *t, char *buf, size_t n) {
     SET("--lr", "%.17g", lr);
     SET("--momentum", "%.17g", momentum);
     SET("--weight-decay", "%.17g", weight_decay);
+    SET("--lr-schedule", "%s", delta_lr_schedule_name(c->run.lr_sched.kind));
+    SET("--warmup", "%" PRId64, c->run.lr_sched.warmup);
+    SET("--lr-min", "%.17g", c->run.lr_sched.min_frac);
+    SET("--grad-clip", "%.17g", c->run.grad_clip);
     SET("--steps", "%" PRId64, c->steps);
     SET("--policy", "%s", c->run.policy ? c->run.policy : "?");
     /* as given: a percentage is of each rank's own plan (ZeRO-1's differ) */

@@ -257,6 +257,36 @@ typedef struct delta_adamw_opts {
 DELTA_API delta_status delta_optimizer_sgd(delta_ctx *ctx, delta_sgd_opts o);
 DELTA_API delta_status delta_optimizer_adamw(delta_ctx *ctx, delta_adamw_opts o);
 
+/* What a learning-rate schedule and gradient clipping add to either
+ * optimizer (the _with forms; NULL or all zero: the plain call):
+ *  - lr_tensor: a scalar (ndim 0) F32 tensor, an INPUT or a CONST, whose
+ *    value the update ops read as the step's learning rate instead of
+ *    opts.lr (a schedule writes it before each step with
+ *    delta_session_write; opts.lr must still be valid). Its value is data,
+ *    not part of the program: the plan cache's key is the same whatever is
+ *    written, and the updates are never recomputed. Writing the float
+ *    opts.lr gives the attribute's bits.
+ *  - grad_clip: > 0 clips the gradients by their global norm, as
+ *    torch.nn.utils.clip_grad_norm_(params, grad_clip): the L2 norm of
+ *    every gradient the updates read (data parallel: the means over the
+ *    ranks) is computed in a fixed order (grad_sumsq ops, then clip_coef;
+ *    docs/KERNELS.md) and each update scales its gradient by
+ *    min(1, grad_clip / (norm + 1e-6)) first. The norm is the scalar
+ *    tensor named "grad_norm" (delta_ctx_find): to read it after a
+ *    step, give it to the session as an output (delta_session_opts). 0:
+ *    none. Not
+ *    with ZeRO-1, where each rank holds only its shard's gradients
+ *    (DELTA_ERR_UNSUPPORTED). */
+typedef struct delta_optim_extras {
+    delta_tensor *lr_tensor;
+    float grad_clip;
+} delta_optim_extras;
+DELTA_API delta_status delta_optimizer_sgd_with(delta_ctx *ctx, delta_sgd_opts o,
+                                                const delta_optim_extras *x);
+DELTA_API delta_status delta_optimizer_adamw_with(delta_ctx *ctx,
+                                                  delta_adamw_opts o,
+                                                  const delta_optim_extras *x);
+
 /* ---- data parallel (docs/ARCHITECTURE.md, "Data parallel") --------------
  * Makes the program rank `rank`'s of `ranks` that each train on their own
  * part of every batch: call after delta_backward and before the optimizer.

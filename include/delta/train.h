@@ -73,6 +73,42 @@ typedef struct delta_budget {
     size_t bytes;                 /* DELTA_BUDGET_BYTES: > 0 */
 } delta_budget;
 
+/* The learning rate of each step (llm.c's schedulers, train_gpt2.cu):
+ * with lr the peak, W warmup steps, N the schedule's steps (the run's
+ * total: a resumed run continues the same schedule), s the 0-based step
+ * and lr_min = lr * min_frac,
+ *   s < W:    lr * (s + 1) / W                      (linear warmup from 0)
+ *   constant: lr
+ *   cosine:   lr_min + 0.5 (1 + cos(pi r)) (lr - lr_min)
+ *   linear:   lr - r (lr - lr_min)
+ * with r = (s - W) / (N - W), taken as 1 past the schedule's end (s >= N,
+ * or N <= W). Computed in double and rounded once to the float the
+ * optimizer reads, on the host, so every policy, backend and rank sees
+ * the same bits. As in llm.c the last step (s = N - 1) has r < 1: the
+ * decay reaches lr_min only past the end. W > N is allowed: the run then
+ * stays in warmup. */
+typedef enum delta_lr_schedule {
+    DELTA_LR_CONSTANT = 0,
+    DELTA_LR_COSINE,
+    DELTA_LR_LINEAR,
+} delta_lr_schedule;
+
+typedef struct delta_lr_sched {
+    delta_lr_schedule kind;
+    int64_t warmup;               /* W >= 0 */
+    double min_frac;              /* in [0, 1]; llm.c's final_lr_frac */
+    int64_t steps;                /* N: needed (> 0) when the lr varies */
+} delta_lr_sched;
+
+/* The learning rate of 0-based step `step` for peak lr (above). */
+DELTA_API float delta_lr_sched_at(const delta_lr_sched *s, double lr,
+                                  int64_t step);
+/* Whether it varies (a decay or a warmup): else every step is lr. */
+DELTA_API bool delta_lr_sched_varies(const delta_lr_sched *s);
+/* "constant", "cosine", "linear"; by name (false: no such schedule). */
+DELTA_API const char *delta_lr_schedule_name(delta_lr_schedule k);
+DELTA_API bool delta_lr_schedule_find(const char *name, delta_lr_schedule *k);
+
 /* A run's settings. Start from delta_train_config_default() (or zero it
  * and set lr, momentum, weight_decay and eval_batches to -1), then set
  * what you want; fields left at their zero take the default said. */
@@ -100,6 +136,16 @@ typedef struct delta_train_config {
     /* < 0: the optimizer's default (sgd: lr 0.05, momentum 0.9, weight
      * decay 0; adamw: lr 3e-4, beta1 (momentum) 0.9, weight decay 0.01) */
     double lr, momentum, weight_decay;
+    /* The learning-rate schedule (above; lr is its peak). A varying one
+     * makes the optimizer read the step's lr from a scalar INPUT tensor
+     * "lr" the trainer writes before each step; a constant one without
+     * warmup keeps lr an attribute (the program of before). */
+    delta_lr_sched lr_sched;
+    /* > 0: clip the gradients by global norm to this (torch's
+     * clip_grad_norm_, llm.c's 1.0; delta_optim_extras in graph.h); each
+     * step's norm is in delta_train_step.grad_norm. 0: off (the default,
+     * so runs of before are unchanged). Not with zero 1. */
+    double grad_clip;
     int threads;                  /* > 0: delta_cpu_set_threads */
     /* test batches delta_trainer_evaluate runs (Fashion-MNIST only):
      * < 0 the whole test split, 0 no evaluation (the logits are then not
@@ -178,6 +224,11 @@ typedef struct delta_train_step {
                                    over every rank */
     double val_loss;            /* the validation loss computed after this
                                    step (val_data); NAN when none was */
+    double lr;                  /* the learning rate the step used (the
+                                   float the optimizer read) */
+    double grad_norm;           /* the gradients' global norm before
+                                   clipping (grad_clip > 0; NAN without it
+                                   and on sim) */
 } delta_train_step;
 
 /* Called after every step; return false to stop after it (delta_trainer_

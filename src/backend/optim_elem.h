@@ -39,15 +39,73 @@ typedef struct delta_adamw_scalars {
     float bc2_sqrt;   /* sqrt(1 - beta2^t) */
 } delta_adamw_scalars;
 
+/* The step's bias terms, which do not depend on lr: 1 - beta1^t (double)
+ * and sqrt(1 - beta2^t). Computed on the host (pow is the host's). */
+typedef struct delta_adamw_bias {
+    double bc1;
+    float bc2_sqrt;
+} delta_adamw_bias;
+
+static inline delta_adamw_bias delta_adamw_bias_of(float b1, float b2,
+                                                   int64_t step) {
+    double t = (double)(step + 1);
+    delta_adamw_bias b;
+    b.bc1 = 1.0 - pow((double)b1, t);
+    b.bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
+    return b;
+}
+
+/* The scalars of a step from its lr: IEEE double operations only, so a
+ * GPU thread reading lr from a tensor computes the host's bits. */
+DELTA_OPT_FN delta_adamw_scalars delta_adamw_scalars_lr(float lr, float wd,
+                                                        delta_adamw_bias b) {
+    delta_adamw_scalars s;
+    s.decay = (float)(1.0 - (double)lr * (double)wd);
+    s.step_size = (float)((double)lr / b.bc1);
+    s.bc2_sqrt = b.bc2_sqrt;
+    return s;
+}
+
 static inline delta_adamw_scalars delta_adamw_scalars_of(float lr, float wd,
                                                          float b1, float b2,
                                                          int64_t step) {
-    double t = (double)(step + 1);
-    delta_adamw_scalars s;
-    s.decay = (float)(1.0 - (double)lr * (double)wd);
-    s.step_size = (float)((double)lr / (1.0 - pow((double)b1, t)));
-    s.bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, t));
-    return s;
+    return delta_adamw_scalars_lr(lr, wd, delta_adamw_bias_of(b1, b2, step));
+}
+
+/* A gradient element scaled by the clipping coefficient (clip: whether
+ * the op clips; without it g is read as it is, today's bits). */
+DELTA_OPT_FN float delta_grad_clipped(float g, float coef, bool clip) {
+    return clip ? g * coef : g;
+}
+
+/* The sum of squares of x[lo, hi) in double, DELTA_SUMSQ_LANES lanes
+ * (graph_impl.h): one chunk of grad_sumsq. */
+DELTA_OPT_FN double delta_sumsq_range(const float *x, int64_t lo,
+                                      int64_t hi) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8)
+        for (int l = 0; l < 8; l++) {
+            double v = (double)x[i + l];
+            acc[l] += v * v;
+        }
+    for (int l = 0; i < hi; i++, l++) {
+        double v = (double)x[i];
+        acc[l] += v * v;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+           ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Clipping by global norm from the sum of squares, as
+ * torch.nn.utils.clip_grad_norm_ (its default foreach path, in float):
+ * norm = sqrt(ss); coef = min(1, max_norm / (norm + 1e-6)). */
+DELTA_OPT_FN void delta_clip_coef_of(float ss, float max_norm, float *norm,
+                                     float *coef) {
+    float n = (float)sqrt((double)ss);
+    float c = max_norm / (n + 1e-6f);
+    *norm = n;
+    *coef = c < 1.0f ? c : 1.0f;
 }
 
 /* One AdamW element: the new parameter returned, moments in *mo, *vo. */

@@ -149,6 +149,22 @@ void delta_op_set_cost(delta_ctx *ctx, delta_op *op) {
     case DELTA_OP_SGD_UPDATE:
         flops = 5.0 * n_in;
         break;
+    case DELTA_OP_GRAD_SUMSQ: {
+        /* a multiply-add per element; the workspace holds the largest
+         * input's chunk partials (double), after the running total */
+        int64_t most = 0;
+        flops = 0;
+        for (int i = op->a.has_acc ? 1 : 0; i < op->n_in; i++) {
+            int64_t n = T(ctx, op->in[i])->numel;
+            flops += 2.0 * (double)n;
+            if (delta_sumsq_chunks(n) > most) most = delta_sumsq_chunks(n);
+        }
+        ws = (size_t)(most + 1) * sizeof(double);
+        break;
+    }
+    case DELTA_OP_CLIP_COEF:
+        flops = 4.0;
+        break;
     case DELTA_OP_RESHAPE:
         bytes = 0; /* a view */
         break;

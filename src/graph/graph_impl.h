@@ -55,8 +55,10 @@ typedef enum delta_op_type {
     DELTA_OP_CROSS_ENTROPY_BWD, /* ins: logits, targets, dloss */
     /* in-place updates of persistent tensors */
     DELTA_OP_BN_RUNNING_UPDATE, /* ins: mean, var, rmean, rvar; outs: rmean, rvar */
-    DELTA_OP_SGD_UPDATE,     /* ins: p, g[, buf]; outs: p[, buf] */
-    DELTA_OP_ADAMW_UPDATE,   /* ins: p, g, m, v; outs: p, m, v */
+    DELTA_OP_SGD_UPDATE,     /* ins: p, g[, buf][, lr][, coef];
+                                outs: p[, buf] */
+    DELTA_OP_ADAMW_UPDATE,   /* ins: p, g, m, v[, lr][, coef];
+                                outs: p, m, v */
     /* precision: forward, and its own backward (the other direction) */
     DELTA_OP_CAST,           /* ins: x; outs: y of dtype attrs.dtype */
     /* fused batch norm (fuse.c; F32): the bits of the chains they replace */
@@ -72,6 +74,10 @@ typedef enum delta_op_type {
                                 those this rank owns (attrs.owner[i]) */
     DELTA_OP_ALLGATHER,      /* ZeRO-1. ins: parameters; outs: the same,
                                 in place: each owner's values to all */
+    /* gradient clipping by global norm (optim.c) */
+    DELTA_OP_GRAD_SUMSQ,     /* ins: [acc scalar,] g0..; outs: scalar
+                                acc + sum of squares of every g */
+    DELTA_OP_CLIP_COEF,      /* ins: sum of squares; outs: norm, coef */
     DELTA_OP_TYPE_COUNT
 } delta_op_type;
 
@@ -94,6 +100,12 @@ typedef struct delta_op_attrs {
                               pass renumbered it (-1: its id) */
     float lr, beta1, beta2, weight_decay, opt_eps; /* optimizers */
     int nesterov, has_momentum;
+    int lr_in;             /* optimizers: the input index of a scalar F32
+                              holding the step's lr (0: the attribute lr) */
+    int coef_in;           /* optimizers: the input index of the clipping
+                              coefficient g is scaled by (0: none) */
+    int has_acc;           /* grad_sumsq: ins[0] is a running sum, added
+                              as it is */
     int gelu_erf;          /* gelu: exact erf form instead of tanh */
     delta_dtype dtype;     /* cast: the output's dtype */
     int ranks, rank;       /* collectives: the ranks, this program's */
@@ -291,6 +303,19 @@ static inline bool delta_op_is_collective(delta_op_type t) {
 int64_t delta_dp_numel(const delta_ctx *ctx, const delta_op *op);
 /* After the optimizer's updates: ZeRO-1's allgather ops (optim.c). */
 void delta_dp_append_allgathers(delta_ctx *ctx);
+
+/* ---- gradient clipping (optim.c; docs/KERNELS.md) ---------------------
+ * grad_sumsq sums the squares of each input in chunks of DELTA_SUMSQ_CHUNK
+ * elements: chunk c's partial (in double, DELTA_SUMSQ_LANES interleaved
+ * accumulators) is independent of the others, so the chunks run on any
+ * threads (or GPU threads), and the partials are added in chunk order,
+ * each input's total then to the running sum, in input order. The
+ * workspace holds one input's partials. */
+#define DELTA_SUMSQ_CHUNK ((int64_t)4096)
+#define DELTA_SUMSQ_LANES 8
+static inline int64_t delta_sumsq_chunks(int64_t n) {
+    return (n + DELTA_SUMSQ_CHUNK - 1) / DELTA_SUMSQ_CHUNK;
+}
 
 /* Storage root of a tensor: itself, or the tensor it views. */
 static inline int delta_tensor_root(const delta_ctx *ctx, int id) {

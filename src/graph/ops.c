@@ -57,6 +57,8 @@ static const char *op_type_names[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_ALLREDUCE] = "allreduce",
     [DELTA_OP_REDUCE_SCATTER] = "reduce_scatter",
     [DELTA_OP_ALLGATHER] = "allgather",
+    [DELTA_OP_GRAD_SUMSQ] = "grad_sumsq",
+    [DELTA_OP_CLIP_COEF] = "clip_coef",
 };
 
 const char *delta_op_type_name(delta_op_type t) {

@@ -127,6 +127,18 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
         r->shapes++;
     }
     r->partial_batches += n < batch;
+    /* the step's learning rate: written when the schedule varies (the
+     * session's step counter counts from the start of training, so a
+     * resumed run continues the schedule) */
+    const train_shape *sh = tr->shapes[tr->cur];
+    float lr = delta_lr_sched_at(&c->lr_sched, tr->lr,
+                                 delta_session_step(tr->session));
+    if (sh->lr) {
+        st = delta_session_write(tr->session, sh->lr, &lr, sizeof lr);
+        if (st != DELTA_OK)
+            return train_fail(tr, st, "writing the learning rate: %s",
+                              delta_session_error(tr->session));
+    }
     st = delta_session_run(tr->session, DELTA_RUN_STEP, s);
     if (st != DELTA_OK)
         /* the host store's cap is only worth raising when one was set;
@@ -142,7 +154,7 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
                              : "; the host is out of memory: free some, or "
                                "give the device a larger --budget, so that "
                                "less is swapped");
-    double loss = NAN;
+    double loss = NAN, grad_norm = NAN;
     if (!tr->sim) {
         float l = 0;
         st = delta_session_read(tr->session,
@@ -152,6 +164,15 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
             return train_fail(tr, st, "reading the loss: %s",
                               delta_session_error(tr->session));
         loss = l;
+        if (sh->grad_norm) {
+            float g = 0;
+            st = delta_session_read(tr->session, sh->grad_norm, &g,
+                                    sizeof g);
+            if (st != DELTA_OK)
+                return train_fail(tr, st, "reading the gradients' norm: %s",
+                                  delta_session_error(tr->session));
+            grad_norm = g;
+        }
         /* data parallel: the mean over the ranks (summed in rank order:
          * every rank reports the same figure) */
         if (tr->ranks > 1) {
@@ -162,6 +183,7 @@ static delta_status step_once(delta_trainer *tr, delta_train_step *out,
     *out = (delta_train_step){
         .step = tr->steps_before + r->steps_done + 1, .loss = loss,
         .stats = s, .batch = n, .seq_len = T, .val_loss = NAN,
+        .lr = lr, .grad_norm = grad_norm,
         .units = (double)tr->ranks * (tr->image ? (double)n
                                                 : (double)(n * T))};
     return DELTA_OK;

@@ -88,6 +88,39 @@ static delta_status setup_ranks(delta_trainer *tr) {
     return DELTA_OK;
 }
 
+/* The learning-rate schedule's and clipping's settings. */
+static delta_status check_schedule(delta_trainer *tr) {
+    const delta_train_config *c = &tr->cfg;
+    const delta_lr_sched *s = &c->lr_sched;
+    if ((unsigned)s->kind > DELTA_LR_LINEAR)
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "--lr-schedule: %d is "
+                          "no schedule (constant, cosine or linear)",
+                          (int)s->kind);
+    if (s->warmup < 0)
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "--warmup %" PRId64
+                          ": the warmup is a number of steps >= 0",
+                          s->warmup);
+    if (!(s->min_frac >= 0 && s->min_frac <= 1))
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "--lr-min %g: the "
+                          "fraction of --lr the decay ends at is in [0, 1]",
+                          s->min_frac);
+    if (delta_lr_sched_varies(s) && s->steps <= 0)
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "--lr-schedule %s "
+                          "with --warmup %" PRId64 " needs the run's total "
+                          "steps (lr_sched.steps, --steps) > 0",
+                          delta_lr_schedule_name(s->kind), s->warmup);
+    if (!(c->grad_clip >= 0) || isinf(c->grad_clip))
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "--grad-clip %g: the "
+                          "largest global norm is a number >= 0 (0: no "
+                          "clipping)", c->grad_clip);
+    if (c->grad_clip > 0 && c->zero && tr->ranks > 1)
+        return train_fail(tr, DELTA_ERR_INVALID_ARG, "--grad-clip with --zero "
+                          "1: the global norm needs every gradient, but "
+                          "each ZeRO-1 rank holds only its shard's; leave "
+                          "one of them out");
+    return DELTA_OK;
+}
+
 /* The model line of the run ("model: mlp, 0.11M parameters, ..."). */
 static void info_model(const delta_trainer *tr) {
     const delta_train_config *c = &tr->cfg;
@@ -95,22 +128,33 @@ static void info_model(const delta_trainer *tr) {
     const delta_model_config *m = &model->cfg;
     const char *bf16 = m->precision == DELTA_PRECISION_BF16
                            ? "; precision bf16 (fp32 master weights)" : "";
-    char range[48] = "";
+    char range[48] = "", opt[192];
+    /* the optimizer, its schedule and clipping: "adamw lr 0.0003, cosine
+     * schedule (warmup 10, to 0.1 x lr at step 100), clip norm 1" */
+    int k = snprintf(opt, sizeof opt, "%s lr %g", tr->optimizer_name, tr->lr);
+    const delta_lr_sched *ls = &c->lr_sched;
+    if (delta_lr_sched_varies(ls) && k > 0 && (size_t)k < sizeof opt)
+        k += snprintf(opt + k, sizeof opt - (size_t)k, ", %s schedule "
+                      "(warmup %" PRId64 ", to %g x lr at step %" PRId64 ")",
+                      delta_lr_schedule_name(ls->kind), ls->warmup,
+                      ls->kind == DELTA_LR_CONSTANT ? 1.0 : ls->min_frac,
+                      ls->steps);
+    if (c->grad_clip > 0 && k > 0 && (size_t)k < sizeof opt)
+        snprintf(opt + k, sizeof opt - (size_t)k, ", clip norm %g",
+                 c->grad_clip);
     if (c->seq_len_max)
         snprintf(range, sizeof range, "%" PRId64 "..", c->seq_len_min);
     if (tr->image)
         train_info(tr, "model: %s, %.2fM parameters, batch %" PRId64 ", %"
                    PRId64 "x%" PRId64 "x%" PRId64 " images, %" PRId64
-                   " classes; %s lr %g%s", m->name,
+                   " classes; %s%s", m->name,
                    (double)model->n_params / 1e6, m->batch, m->channels,
-                   m->image_size, m->image_size, m->classes,
-                   tr->optimizer_name, tr->lr, bf16);
+                   m->image_size, m->image_size, m->classes, opt, bf16);
     else
         train_info(tr, "model: %s, %.2fM parameters, batch %" PRId64 " x %s%"
-                   PRId64 " tokens, vocab %" PRId64 ", dropout %g; %s lr %g%s",
+                   PRId64 " tokens, vocab %" PRId64 ", dropout %g; %s%s",
                    m->name, (double)model->n_params / 1e6, m->batch, range,
-                   m->seq_len, m->vocab, (double)m->dropout,
-                   tr->optimizer_name, tr->lr, bf16);
+                   m->seq_len, m->vocab, (double)m->dropout, opt, bf16);
 }
 
 /* delta_trainer_plan's work on a fresh trainer; on failure tr->err says
@@ -154,6 +198,8 @@ static delta_status plan(delta_trainer *tr) {
         c->model.dropout = tr->image ? 0.0f : DELTA_MODEL_DROPOUT_DEFAULT;
     if (c->optimizer == DELTA_TRAIN_OPT_DEFAULT)
         c->optimizer = tr->image ? DELTA_TRAIN_OPT_SGD : DELTA_TRAIN_OPT_ADAMW;
+    st = check_schedule(tr);
+    if (st != DELTA_OK) return st;
 
     st = train_setup_data(tr, masked);
     if (st != DELTA_OK) return st;
@@ -177,9 +223,9 @@ static delta_status plan(delta_trainer *tr) {
         return st;
     /* with the logits kept when the run evaluates, as the session keeps
      * them: a 100% budget (and what a plan prints) is what keep needs */
-    delta_tensor *outputs[1] = {tr->shapes[0]->model.logits};
-    st = delta_dry_plan_build_outputs(tr->shapes[0]->ctx, outputs,
-                                      train_will_evaluate(tr) ? 1 : 0,
+    delta_tensor *outputs[2];
+    int n_out = train_outputs(tr, tr->shapes[0], outputs);
+    st = delta_dry_plan_build_outputs(tr->shapes[0]->ctx, outputs, n_out,
                                       &tr->plan, sub, sizeof sub);
     tr->result.plan_s = train_now() - t0; /* noted with its session's */
     if (st != DELTA_OK)

@@ -93,6 +93,14 @@ static delta_status build_shape(delta_trainer *tr, int64_t batch,
         st = delta_data_parallel(ctx, &(delta_dp_opts){
             .ranks = tr->ranks, .rank = tr->rank, .zero = c->zero,
             .bucket_bytes = c->bucket_bytes});
+    /* a varying schedule: the step's lr is an input written every step;
+     * clipping: the norm's ops before the updates */
+    delta_optim_extras x = {.grad_clip = (float)c->grad_clip};
+    if (st == DELTA_OK && delta_lr_sched_varies(&c->lr_sched)) {
+        sh->lr = delta_input(ctx, "lr", DELTA_F32, 0, NULL);
+        x.lr_tensor = sh->lr;
+        if (!sh->lr) st = delta_ctx_status(ctx);
+    }
     if (st == DELTA_OK) {
         bool sgd = c->optimizer == DELTA_TRAIN_OPT_SGD;
         tr->optimizer_name = sgd ? "sgd" : "adamw";
@@ -103,10 +111,10 @@ static delta_status build_shape(delta_trainer *tr, int64_t batch,
             tr->weight_decay = c->weight_decay >= 0
                                    ? c->weight_decay
                                    : DEFAULT_SGD_WEIGHT_DECAY;
-            st = delta_optimizer_sgd(ctx, (delta_sgd_opts){
+            st = delta_optimizer_sgd_with(ctx, (delta_sgd_opts){
                 .lr = (float)tr->lr,
                 .momentum = (float)tr->momentum,
-                .weight_decay = (float)tr->weight_decay});
+                .weight_decay = (float)tr->weight_decay}, &x);
         } else {
             tr->lr = c->lr >= 0 ? c->lr : DEFAULT_ADAMW_LR;
             tr->momentum = c->momentum >= 0 ? c->momentum
@@ -114,14 +122,16 @@ static delta_status build_shape(delta_trainer *tr, int64_t batch,
             tr->weight_decay = c->weight_decay >= 0
                                    ? c->weight_decay
                                    : DEFAULT_ADAMW_WEIGHT_DECAY;
-            st = delta_optimizer_adamw(ctx, (delta_adamw_opts){
+            st = delta_optimizer_adamw_with(ctx, (delta_adamw_opts){
                 .lr = (float)tr->lr,
                 .beta1 = (float)tr->momentum,
                 .beta2 = 0.999f,
                 .eps = 1e-8f,
-                .weight_decay = (float)tr->weight_decay});
+                .weight_decay = (float)tr->weight_decay}, &x);
         }
     }
+    if (st == DELTA_OK && c->grad_clip > 0)
+        sh->grad_norm = delta_ctx_find(ctx, "grad_norm");
     if (st != DELTA_OK)
         return train_fail(tr, st, "building the step of %s: %s",
                           c->model.name, delta_ctx_error(ctx));
@@ -235,16 +245,25 @@ void train_note_plan(delta_trainer *tr, double s) {
     if (s > tr->result.plan_max_s) tr->result.plan_max_s = s;
 }
 
+int train_outputs(const delta_trainer *tr, const train_shape *sh,
+                  delta_tensor **out) {
+    int n = 0;
+    if (train_will_evaluate(tr)) out[n++] = sh->model.logits;
+    if (sh->grad_norm) out[n++] = sh->grad_norm;
+    return n;
+}
+
 delta_status train_open_session(delta_trainer *tr, int i) {
     DELTA_ASSERT(!tr->session);
     train_shape *sh = tr->shapes[i];
-    delta_tensor *outputs[1] = {sh->model.logits};
+    delta_tensor *outputs[2];
+    int n_out = train_outputs(tr, sh, outputs);
     delta_session_opts so = {
         .backend = tr->backend,
         .budget_bytes = tr->budget_bytes,
         .policy = tr->cfg.policy,
         .outputs = outputs,
-        .n_outputs = train_will_evaluate(tr) ? 1 : 0,
+        .n_outputs = n_out,
         .trace = tr->cfg.trace,
         .plans = tr->plans,
         .host_limit_bytes = tr->cfg.host_memory,

@@ -30,6 +30,9 @@ typedef struct train_shape {
                                    same names and sizes at every shape) */
     int n_persist;
     bool trained;               /* a step ran at this shape */
+    delta_tensor *lr;           /* the step's lr (a varying schedule), or
+                                   NULL: the optimizer's attribute */
+    delta_tensor *grad_norm;    /* the gradients' norm (grad_clip), or NULL */
 } train_shape;
 
 struct delta_trainer {
@@ -123,6 +126,11 @@ bool train_is_token_file(const char *path);
  * the first time; -1 on failure with *st and tr->err saying why. */
 int train_shape_index(delta_trainer *tr, int64_t batch, int64_t seq_len,
                       delta_status *st);
+/* The tensors a session of shape sh keeps for the trainer to read (at
+ * most 2): the logits when the run evaluates, the gradients' norm when it
+ * clips. Returns how many. */
+int train_outputs(const delta_trainer *tr, const train_shape *sh,
+                  delta_tensor **out);
 /* Creates the session of shape i (none may be alive: the backend holds
  * one arena) and makes shape i the current program. */
 delta_status train_open_session(delta_trainer *tr, int i);

@@ -118,6 +118,9 @@ void delta_k_concat(const delta_kargs *k);
 /* k_optim.c */
 void delta_k_sgd_update(const delta_kargs *k);
 void delta_k_adamw_update(const delta_kargs *k);
+/* gradient clipping by global norm */
+void delta_k_grad_sumsq(const delta_kargs *k);
+void delta_k_clip_coef(const delta_kargs *k);
 /* k_comm.c: collectives (on the backend's communication stream) */
 void delta_k_allreduce(const delta_kargs *k);
 void delta_k_reduce_scatter(const delta_kargs *k);

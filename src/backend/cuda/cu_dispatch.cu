@@ -56,15 +56,17 @@ static const cu_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
     NULL,                       /* ALLREDUCE */
     NULL,                       /* REDUCE_SCATTER */
     NULL,                       /* ALLGATHER */
+    delta_cu_grad_sumsq,        /* GRAD_SUMSQ */
+    delta_cu_clip_coef,         /* CLIP_COEF */
 };
 
 /* The table follows the enum: these pin a few entries so that a new op
  * type inserted without a kernel here fails the build. */
-static_assert(DELTA_OP_TYPE_COUNT == 48, "a new op type needs a CUDA kernel");
+static_assert(DELTA_OP_TYPE_COUNT == 50, "a new op type needs a CUDA kernel");
 static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
                   DELTA_OP_ADAMW_UPDATE == 41 && DELTA_OP_CAST == 42 &&
                   DELTA_OP_BATCHNORM_ADD_RELU == 44 &&
-                  DELTA_OP_ALLGATHER == 47,
+                  DELTA_OP_ALLGATHER == 47 && DELTA_OP_CLIP_COEF == 49,
               "delta_op_type changed order: update the CUDA dispatch table");
 
 /* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes, as

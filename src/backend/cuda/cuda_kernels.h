@@ -158,6 +158,8 @@ void delta_cu_concat(const delta_cuda_kctx *c, const delta_kargs *k);
 /* cu_optim.cu */
 void delta_cu_sgd_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_adamw_update(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_grad_sumsq(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_clip_coef(const delta_cuda_kctx *c, const delta_kargs *k);
 /* cu_bf16.cu: the cast, and matmul and linear with BF16 operands on the
  * tensor cores (cuBLASLt, fp32 accumulation) */
 typedef void (*delta_cu_kernel_fn)(const delta_cuda_kctx *c,
