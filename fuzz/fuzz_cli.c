@@ -67,11 +67,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = train_parse_args(argc, argv, &c);
     if (rc != -1 && rc != 0 && rc != 2) __builtin_trap();
     if (rc == -1) {
-        /* Accepted: the settings the trainer relies on hold. */
-        if (!c.run.model.name || c.steps < 0) __builtin_trap();
+        /* Accepted: the settings the trainer relies on hold (a model
+         * named, or a file to take it from). */
+        if ((!c.run.model.name && !c.load) || c.steps < 0) __builtin_trap();
         if (c.run.seq_len_min > c.run.seq_len_max) __builtin_trap();
         /* Strings point into argv, which is still alive here. */
-        volatile size_t n = strlen(c.run.model.name);
+        volatile size_t n = strlen(c.run.model.name ? c.run.model.name
+                                                    : c.load);
         (void)n;
     }
     /* Nothing of this parse may leak into the next one (checked while
