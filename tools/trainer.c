@@ -246,6 +246,14 @@ static bool before_step(step_ctx *x, int64_t next) {
     return true;
 }
 
+/* The validation loss computed after step `step` (0: before training),
+ * on its own line. */
+static void note_val(step_ctx *x, int64_t step, double v) {
+    progress_note(&x->p, "step %" PRId64 ": val loss %.4f (%" PRId64
+                  " sequences of %s)", step, v,
+                  trainer_result(x->t)->val_samples, x->t->cfg.run.val_data);
+}
+
 /* After each step: the progress line, the JSON log, a checkpoint when one
  * is due; then the hooks of the next step. */
 static bool on_step(const delta_train_step *s, void *ud) {
@@ -255,10 +263,7 @@ static bool on_step(const delta_train_step *s, void *ud) {
     x->p.units_per_step = s->units;
     x->p.grad_norm = s->grad_norm;
     progress_step(&x->p, s->step, s->loss, s->stats);
-    if (!isnan(s->val_loss))
-        progress_note(&x->p, "step %" PRId64 ": val loss %.4f (%" PRId64
-                      " sequences of %s)", s->step, s->val_loss,
-                      trainer_result(t)->val_samples, t->cfg.run.val_data);
+    if (!isnan(s->val_loss)) note_val(x, s->step, s->val_loss);
     json_log_step(t->json, s->step, s->loss, s->stats,
                   delta_trainer_budget_bytes(t->tr) != 0, s->batch,
                   s->seq_len, s->val_loss,
@@ -301,9 +306,7 @@ delta_status trainer_train(trainer *t) {
         double v = NAN;
         st = lib(t, delta_trainer_validate(t->tr, &v));
         if (st != DELTA_OK) return st;
-        progress_note(&x.p, "step 0: val loss %.4f (%" PRId64 " sequences "
-                      "of %s)", v, trainer_result(t)->val_samples,
-                      c->run.val_data);
+        note_val(&x, 0, v);
         json_log_val(t->json, 0, v);
     }
     if (steps > 0 && before_step(&x, x.first + 1))

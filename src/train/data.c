@@ -155,24 +155,9 @@ static delta_status setup_token_data(delta_trainer *tr, bool masked) {
     }
     if (!d || !strcmp(d, "synthetic")) return open_synthetic(tr, &r, kind);
 
-    if (train_is_token_file(d)) {
-        /* llm.c's token file: GPT-2's ids (the model's vocab, 50,257 unless
-         * --vocab says otherwise), windows of T consecutive tokens */
-        if (masked)
-            return train_fail(tr, DELTA_ERR_INVALID_ARG, "--data %s is a "
-                              "token file (llm.c's format), whose samples "
-                              "are next-token windows for GPT-2; model %s "
-                              "is a masked language model", d, mc->name);
-        delta_tokens_opts o = {.seq_len = r.seq_len, .vocab = mc->vocab};
-        tr->data = delta_dataset_tokens_new(d, &o, &st, sub, sizeof sub);
-    } else {
-        /* A text file: byte tokens; the model takes the data's vocab (256,
-         * or 257 with BERT's [MASK]) unless --vocab asks for more. */
-        delta_text_opts o = {.kind = kind, .seq_len = r.seq_len,
-                             .vocab = mc->vocab};
-        tr->data = delta_dataset_text_new(d, &o, &st, sub, sizeof sub);
-    }
-    if (!tr->data) return train_fail(tr, st, "%s", sub);
+    tr->data = train_open_lm_file(tr, "--data", d, r.seq_len, mc->vocab,
+                                  masked, &st);
+    if (!tr->data) return st;
     delta_data_info in = delta_dataset_info(tr->data);
     mc->vocab = in.vocab;
     mc->seq_len = in.seq_len;
@@ -183,6 +168,37 @@ static delta_status setup_token_data(delta_trainer *tr, bool masked) {
     return DELTA_OK;
 }
 
+
+delta_dataset *train_open_lm_file(delta_trainer *tr, const char *opt,
+                                  const char *path, int64_t seq_len,
+                                  int64_t vocab, bool masked,
+                                  delta_status *st) {
+    delta_dataset *ds;
+    char sub[512];
+    if (train_is_token_file(path)) {
+        /* llm.c's token file: GPT-2's ids (the model's vocab, 50,257 unless
+         * --vocab says otherwise), windows of T consecutive tokens */
+        if (masked) {
+            *st = train_fail(tr, DELTA_ERR_INVALID_ARG, "%s %s is a token "
+                             "file (llm.c's format), whose samples are "
+                             "next-token windows for GPT-2; model %s is a "
+                             "masked language model", opt, path,
+                             tr->cfg.model.name);
+            return NULL;
+        }
+        delta_tokens_opts o = {.seq_len = seq_len, .vocab = vocab};
+        ds = delta_dataset_tokens_new(path, &o, st, sub, sizeof sub);
+    } else {
+        /* A text file: byte tokens; the model takes the data's vocab (256,
+         * or 257 with BERT's [MASK]) unless --vocab asks for more. */
+        delta_text_opts o = {.kind = masked ? DELTA_DATA_MASKED_LM
+                                            : DELTA_DATA_CAUSAL_LM,
+                             .seq_len = seq_len, .vocab = vocab};
+        ds = delta_dataset_text_new(path, &o, st, sub, sizeof sub);
+    }
+    if (!ds) train_fail(tr, *st, "%s", sub);
+    return ds;
+}
 
 bool train_is_token_file(const char *path) {
     size_t n = strlen(path);

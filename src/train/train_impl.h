@@ -117,6 +117,13 @@ delta_status train_set_budget(delta_trainer *tr);
 /* data.c: opens the data for the model family (image or token) and fits
  * cfg.model's image size, channels, classes, vocab and length to it. */
 delta_status train_setup_data(delta_trainer *tr, bool masked);
+/* A language model's data file (opt names it in messages): llm.c's token
+ * file or text read as bytes, at T = seq_len with the vocab given (0: the
+ * format's own); NULL with *st and tr->err on failure. */
+delta_dataset *train_open_lm_file(delta_trainer *tr, const char *opt,
+                                  const char *path, int64_t seq_len,
+                                  int64_t vocab, bool masked,
+                                  delta_status *st);
 /* Whether path is read as llm.c's token file (its magic, or a name ending
  * in .bin, so that a damaged one is refused as such), not as text. */
 bool train_is_token_file(const char *path);

@@ -34,23 +34,9 @@ delta_status train_open_validation(delta_trainer *tr) {
     bool masked = tr->shapes[0]->model.task == DELTA_TASK_MASKED_LM;
     delta_status st;
     char sub[512];
-    if (train_is_token_file(c->val_data)) {
-        if (masked)
-            return train_fail(tr, DELTA_ERR_INVALID_ARG, "--val-data %s is "
-                              "a token file (llm.c's format) of next-token "
-                              "windows; model %s is a masked language model",
-                              c->val_data, m->name);
-        delta_tokens_opts o = {.seq_len = m->seq_len, .vocab = m->vocab};
-        tr->val_data = delta_dataset_tokens_new(c->val_data, &o, &st, sub,
-                                                sizeof sub);
-    } else {
-        delta_text_opts o = {.kind = masked ? DELTA_DATA_MASKED_LM
-                                            : DELTA_DATA_CAUSAL_LM,
-                             .seq_len = m->seq_len, .vocab = m->vocab};
-        tr->val_data = delta_dataset_text_new(c->val_data, &o, &st, sub,
-                                              sizeof sub);
-    }
-    if (!tr->val_data) return train_fail(tr, st, "--val-data: %s", sub);
+    tr->val_data = train_open_lm_file(tr, "--val-data", c->val_data,
+                                      m->seq_len, m->vocab, masked, &st);
+    if (!tr->val_data) return st;
     delta_data_info in = delta_dataset_info(tr->val_data);
     if (in.vocab > m->vocab)
         return train_fail(tr, DELTA_ERR_INVALID_ARG, "--val-data %s needs a "
