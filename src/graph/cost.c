@@ -7,37 +7,20 @@
  * multiply-adds; the simulator prices them at the device's BF16 rate);
  * workspace adds what the CPU kernels need to compute BF16 in fp32: the
  * blocked conversions of the BF16 GEMM, or the fp32 copies of a widened
- * op's operands (delta_op_widens_bf16). */
+ * op's operands (delta_op_widens_bf16: the convolution family only; the
+ * other ops convert element by element in registers and need none). */
 #include "graph/graph_impl.h"
 
 bool delta_op_widens_bf16(delta_op_type t) {
     switch (t) {
-    /* ResNet's ops: convolutions (im2col is fp32), batch norm and pools.
-     * Native BF16 kernels for these would drop the copies from the
-     * workspace; until then their result is the same bits. */
+    /* The convolutions: im2col and the GEMMs behind them are fp32, so a
+     * BF16 convolution runs the fp32 one on copies. Every other op that
+     * meets BF16 reads and writes it natively (k_dtype.h) and declares no
+     * copies. */
     case DELTA_OP_CONV2D:
     case DELTA_OP_CONV2D_DX:
     case DELTA_OP_CONV2D_DW:
     case DELTA_OP_BIAS_GRAD_NCHW:
-    case DELTA_OP_BATCHNORM:
-    case DELTA_OP_BATCHNORM_BWD:
-    case DELTA_OP_MAXPOOL2D:
-    case DELTA_OP_MAXPOOL2D_BWD:
-    case DELTA_OP_AVGPOOL2D:
-    case DELTA_OP_AVGPOOL2D_BWD:
-    case DELTA_OP_GLOBAL_AVGPOOL:
-    case DELTA_OP_GLOBAL_AVGPOOL_BWD:
-    /* the others that meet BF16: exact this way too, but their copies make
-     * BF16's transient workspace (cross_entropy_bwd on GPT-2's logits is
-     * the largest); native kernels are the next step (docs/KERNELS.md) */
-    case DELTA_OP_RELU: case DELTA_OP_RELU_BWD: case DELTA_OP_GELU:
-    case DELTA_OP_GELU_BWD: case DELTA_OP_ADD: case DELTA_OP_MUL:
-    case DELTA_OP_SCALE: case DELTA_OP_DROPOUT: case DELTA_OP_DROPOUT_BWD:
-    case DELTA_OP_FILL: case DELTA_OP_TRANSPOSE: case DELTA_OP_SPLIT:
-    case DELTA_OP_CONCAT: case DELTA_OP_SOFTMAX: case DELTA_OP_SOFTMAX_BWD:
-    case DELTA_OP_CROSS_ENTROPY: case DELTA_OP_CROSS_ENTROPY_BWD:
-    case DELTA_OP_LAYERNORM: case DELTA_OP_LAYERNORM_BWD:
-    case DELTA_OP_SUM_LEADING:
         return true;
     default:
         return false;

@@ -220,11 +220,12 @@ static inline bool delta_dtype_is_float(delta_dtype t) {
     return t == DELTA_F32 || t == DELTA_BF16;
 }
 
-/* True for op types whose CPU kernel meets BF16 operands by widening them:
- * every BF16 input is converted to an fp32 copy in the op's workspace, the
- * fp32 kernel runs on the copies into fp32 outputs there, and those are
- * rounded to BF16 (the same bits a native kernel computing in fp32 would
- * give). cost.c adds the copies to the workspace, dispatch.c does it. */
+/* True for op types whose CPU kernel meets BF16 operands by widening them
+ * (the convolution family): every BF16 input is converted to an fp32 copy
+ * in the op's workspace, the fp32 kernel runs on the copies into fp32
+ * outputs there, and those are rounded to BF16 (the same bits a native
+ * kernel computing in fp32 would give). cost.c adds the copies to the
+ * workspace, dispatch.c does it. */
 bool delta_op_widens_bf16(delta_op_type t);
 
 /* Bytes of the fp32 copy of t a widened op makes (0 unless t is BF16),

@@ -1,7 +1,9 @@
 /* Maps each op type to its CPU kernel. An op with BF16 operands goes to
- * its BF16 kernel where the type has one (bf16_kernels), through the
- * widening wrapper where delta_op_widens_bf16 says so, and otherwise to
- * the same kernel, which then reads the dtypes itself. */
+ * its BF16 kernel where the type has one (bf16_kernels: the GEMMs),
+ * through the widening wrapper where delta_op_widens_bf16 says so (the
+ * convolution family), and otherwise to the same kernel, which then reads
+ * the dtypes itself (k_dtype.h): elementwise ops, norms, pools, softmax,
+ * the loss, sum_leading and the data movement. */
 #include "backend/cpu/kernels.h"
 
 static const delta_kernel_fn kernels[DELTA_OP_TYPE_COUNT] = {
@@ -61,6 +63,11 @@ static const delta_kernel_fn bf16_kernels[DELTA_OP_TYPE_COUNT] = {
     [DELTA_OP_MATMUL] = delta_k_matmul_bf16,
     [DELTA_OP_LINEAR] = delta_k_linear_bf16,
 };
+
+delta_kernel_fn delta_cpu_kernel(delta_op_type t) {
+    DELTA_ASSERT((unsigned)t < DELTA_OP_TYPE_COUNT);
+    return kernels[t];
+}
 
 void delta_cpu_run(const delta_kargs *k) {
     DELTA_ASSERT((unsigned)k->op->type < DELTA_OP_TYPE_COUNT);

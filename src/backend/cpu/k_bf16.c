@@ -1,6 +1,7 @@
-/* BF16 on the CPU: bulk conversions, the cast kernel, the widening of ops
- * that have no native BF16 kernel, and the BF16 GEMM behind matmul and
- * linear.
+/* BF16 on the CPU: bulk conversions, the cast kernel, the widening of the
+ * ops that have no native BF16 kernel (the convolution family,
+ * delta_op_widens_bf16; every other op reads BF16 itself, k_dtype.h), and
+ * the BF16 GEMM behind matmul and linear.
  *
  * Every BF16 value is computed in fp32 and rounded once, to nearest even
  * (src/core/bf16.h), when it is stored. Conversions are elementwise, so

@@ -3,7 +3,10 @@
  * full sum. Each output element depends on its own inputs only, so the
  * static-schedule loops give the same bits for any thread count; the sum
  * uses a fixed chunking whose partials are added in chunk order. Loops
- * read inputs before writing the same index, so out may alias an input. */
+ * read inputs before writing the same index, so out may alias an input.
+ * All but sum and broadcast (F32 only) take F32 or BF16 operands with one
+ * body each (k_dtype.h): EW_FOR compiles the loop once per dtype. */
+#include "backend/cpu/k_dtype.h"
 #include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "delta/cpu.h"
@@ -23,6 +26,28 @@
 #define EW_PARALLEL_FOR
 #endif
 
+/* The parallel loop `for i in [0, n_): body` with body compiled twice:
+ * with the constant BF true (BF16 operands, when bf) and false (F32), so
+ * body's k_ld/k_st fold to plain loads and stores. */
+#define EW_FOR(bf, i, ...)                                                 \
+    do {                                                                   \
+        if (bf) {                                                          \
+            EW_PARALLEL_FOR                                                \
+            for (int64_t i = 0; i < n_; i++) {                             \
+                const bool BF = true;                                      \
+                (void)BF;                                                  \
+                __VA_ARGS__                                                \
+            }                                                              \
+        } else {                                                           \
+            EW_PARALLEL_FOR                                                \
+            for (int64_t i = 0; i < n_; i++) {                             \
+                const bool BF = false;                                     \
+                (void)BF;                                                  \
+                __VA_ARGS__                                                \
+            }                                                              \
+        }                                                                  \
+    } while (0)
+
 /* Declares the n_ and nt_ that EW_PARALLEL_FOR reads. */
 #define EW_SETUP(n)                                                        \
     const int64_t n_ = (n);                                                \
@@ -31,19 +56,22 @@
     (void)nt_
 
 void delta_k_relu(const delta_kargs *k) {
-    const float *x = k->in[0];
-    float *y = k->out[0];
+    const void *x = k->in[0];
+    void *y = k->out[0];
     EW_SETUP(k->out_t[0]->numel);
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+    EW_FOR(k_is_bf16(k->out_t[0]), i, {
+        float v = k_ld(x, i, BF);
+        k_st(y, i, v < 0.0f ? 0.0f : v, BF);
+    });
 }
 
 void delta_k_relu_bwd(const delta_kargs *k) {
-    const float *y = k->in[0], *dy = k->in[1];
-    float *dx = k->out[0];
+    const void *y = k->in[0], *dy = k->in[1];
+    void *dx = k->out[0];
     EW_SETUP(k->out_t[0]->numel);
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    EW_FOR(k_is_bf16(k->out_t[0]), i, {
+        k_st(dx, i, k_ld(y, i, BF) > 0.0f ? k_ld(dy, i, BF) : 0.0f, BF);
+    });
 }
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
@@ -53,96 +81,108 @@ void delta_k_relu_bwd(const delta_kargs *k) {
 #define GELU_RSQRT2PI 0.3989422804014327f /* 1/sqrt(2 pi) */
 
 void delta_k_gelu(const delta_kargs *k) {
-    const float *x = k->in[0];
-    float *y = k->out[0];
+    const void *x = k->in[0];
+    void *y = k->out[0];
+    const bool bf = k_is_bf16(k->out_t[0]);
     EW_SETUP(k->out_t[0]->numel);
     if (k->op->a.gelu_erf) { /* exact: x Phi(x), as BERT */
-        EW_PARALLEL_FOR
-        for (int64_t i = 0; i < n_; i++)
-            y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * GELU_RSQRT2));
+        EW_FOR(bf, i, {
+            float v = k_ld(x, i, BF);
+            k_st(y, i, 0.5f * v * (1.0f + erff(v * GELU_RSQRT2)), BF);
+        });
         return;
     }
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) {
-        float v = x[i];
+    EW_FOR(bf, i, {
+        float v = k_ld(x, i, BF);
         float u = GELU_C * (v + GELU_K * v * v * v);
-        y[i] = 0.5f * v * (1.0f + tanhf(u));
-    }
+        k_st(y, i, 0.5f * v * (1.0f + tanhf(u)), BF);
+    });
 }
 
 void delta_k_gelu_bwd(const delta_kargs *k) {
-    const float *x = k->in[0], *dy = k->in[1];
-    float *dx = k->out[0];
+    const void *x = k->in[0], *dy = k->in[1];
+    void *dx = k->out[0];
+    const bool bf = k_is_bf16(k->out_t[0]);
     EW_SETUP(k->out_t[0]->numel);
     if (k->op->a.gelu_erf) { /* d/dx x Phi(x) = Phi(x) + x phi(x) */
-        EW_PARALLEL_FOR
-        for (int64_t i = 0; i < n_; i++) {
-            float v = x[i];
+        EW_FOR(bf, i, {
+            float v = k_ld(x, i, BF);
             float cdf = 0.5f * (1.0f + erff(v * GELU_RSQRT2));
             float pdf = GELU_RSQRT2PI * expf(-0.5f * v * v);
-            dx[i] = dy[i] * (cdf + v * pdf);
-        }
+            k_st(dx, i, k_ld(dy, i, BF) * (cdf + v * pdf), BF);
+        });
         return;
     }
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) {
-        float v = x[i];
+    EW_FOR(bf, i, {
+        float v = k_ld(x, i, BF);
         float t = tanhf(GELU_C * (v + GELU_K * v * v * v));
         float du = GELU_C * (1.0f + 3.0f * GELU_K * v * v);
         float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
-        dx[i] = dy[i] * d;
-    }
+        k_st(dx, i, k_ld(dy, i, BF) * d, BF);
+    });
 }
 
 /* Elements per block of the broadcast add. */
 #define ADD_BLOCK 16384
 
+/* Block blk of the broadcast add y = a + b, b repeating every bn
+ * elements: walks b from the position the block's first element falls
+ * on. */
+K_BODY void add_block(const void *a, const void *b, void *y, int64_t blk,
+                      int64_t n, int64_t bn, bool bf) {
+    int64_t i = blk * ADD_BLOCK;
+    int64_t end = i + ADD_BLOCK < n ? i + ADD_BLOCK : n;
+    int64_t j = i % bn;
+    while (i < end) {
+        int64_t seg = bn - j < end - i ? bn - j : end - i;
+        for (int64_t t = 0; t < seg; t++)
+            k_st(y, i + t, k_ld(a, i + t, bf) + k_ld(b, j + t, bf), bf);
+        i += seg;
+        j = 0;
+    }
+}
+
 void delta_k_add(const delta_kargs *k) {
-    const float *a = k->in[0], *b = k->in[1];
-    float *y = k->out[0];
+    const void *a = k->in[0], *b = k->in[1];
+    void *y = k->out[0];
+    const bool bf = k_is_bf16(k->out_t[0]);
     int64_t n = k->out_t[0]->numel, bn = k->in_t[1]->numel;
     if (n == 0 || bn == 0) return;
     if (bn == n) {
         EW_SETUP(n);
-        EW_PARALLEL_FOR
-        for (int64_t i = 0; i < n_; i++) y[i] = a[i] + b[i];
+        EW_FOR(bf, i, {
+            k_st(y, i, k_ld(a, i, BF) + k_ld(b, i, BF), BF);
+        });
         return;
     }
-    /* b repeats every bn elements: fixed blocks, each walking b from the
-     * position its first element falls on. */
     int64_t blocks = (n + ADD_BLOCK - 1) / ADD_BLOCK;
     EW_SETUP(n);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt_) if (n_ > EW_MIN)
 #endif
     for (int64_t blk = 0; blk < blocks; blk++) {
-        int64_t i = blk * ADD_BLOCK;
-        int64_t end = i + ADD_BLOCK < n ? i + ADD_BLOCK : n;
-        int64_t j = i % bn;
-        while (i < end) {
-            int64_t seg = bn - j < end - i ? bn - j : end - i;
-            for (int64_t t = 0; t < seg; t++) y[i + t] = a[i + t] + b[j + t];
-            i += seg;
-            j = 0;
-        }
+        if (bf) add_block(a, b, y, blk, n, bn, true);
+        else add_block(a, b, y, blk, n, bn, false);
     }
 }
 
 void delta_k_mul(const delta_kargs *k) {
-    const float *a = k->in[0], *b = k->in[1];
-    float *y = k->out[0];
+    const void *a = k->in[0], *b = k->in[1];
+    void *y = k->out[0];
     EW_SETUP(k->out_t[0]->numel);
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) y[i] = a[i] * b[i];
+    EW_FOR(k_is_bf16(k->out_t[0]), i, {
+        k_st(y, i, k_ld(a, i, BF) * k_ld(b, i, BF), BF);
+    });
 }
 
 void delta_k_scale(const delta_kargs *k) {
-    const float *x = k->in[0];
-    float *y = k->out[0];
+    const void *x = k->in[0];
+    void *y = k->out[0];
     float s = k->op->a.value;
     EW_SETUP(k->out_t[0]->numel);
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) y[i] = s * x[i];
+    EW_FOR(k_is_bf16(k->out_t[0]), i, {
+        k_st(y, i, s * k_ld(x, i, BF), BF);
+    });
 }
 
 /* The sum's fixed split: element range c of SUM_CHUNKS, each summed with
@@ -176,11 +216,10 @@ void delta_k_sum(const delta_kargs *k) {
 }
 
 void delta_k_fill(const delta_kargs *k) {
-    float *y = k->out[0];
+    void *y = k->out[0];
     float v = k->op->a.value;
     EW_SETUP(k->out_t[0]->numel);
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++) y[i] = v;
+    EW_FOR(k_is_bf16(k->out_t[0]), i, { k_st(y, i, v, BF); });
 }
 
 void delta_k_broadcast(const delta_kargs *k) {
@@ -209,18 +248,20 @@ bool delta_dropout_keep(uint64_t seed, int op_id, int64_t step, int64_t i,
 
 /* y = keep(i) ? x / (1 - p) : 0 with the mask of (seed, op_id, step), or a
  * copy of x when not training. */
-static void dropout_apply(const delta_kargs *k, int op_id, const float *x,
-                          float *y) {
+static void dropout_apply(const delta_kargs *k, int op_id, const void *x,
+                          void *y) {
     EW_SETUP(k->out_t[0]->numel);
     if (!k->env->training) {
-        if (y != x) memcpy(y, x, (size_t)n_ * sizeof(float));
+        if (y != x)
+            memcpy(y, x, (size_t)n_ * delta_dtype_size(k->out_t[0]->dtype));
         return;
     }
     float p = k->op->a.p, q = 1.0f - p;
     uint64_t key = delta_dropout_key(k->env->seed, op_id, k->env->step);
-    EW_PARALLEL_FOR
-    for (int64_t i = 0; i < n_; i++)
-        y[i] = delta_rng_uniform(key, (uint64_t)i) >= p ? x[i] / q : 0.0f;
+    EW_FOR(k_is_bf16(k->out_t[0]), i, {
+        k_st(y, i, delta_rng_uniform(key, (uint64_t)i) >= p
+                       ? k_ld(x, i, BF) / q : 0.0f, BF);
+    });
 }
 
 void delta_k_dropout(const delta_kargs *k) {

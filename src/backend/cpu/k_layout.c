@@ -1,7 +1,9 @@
 /* Data-movement kernels: embedding lookup and its backward, transpose of two
  * dims, split and concat. All but embedding_bwd are pure copies; that one
  * sums each output element in token order within one thread. Elements are
- * moved as raw bytes (transpose, split, concat work for F32 and I32). */
+ * moved as raw bytes (transpose, split, concat work for F32, I32 and BF16:
+ * the bits are copied, no value is widened or rounded). */
+#include "backend/cpu/k_dtype.h"
 #include "backend/cpu/kernels.h"
 
 #include <string.h>
@@ -72,55 +74,66 @@ void delta_k_embedding_bwd(const delta_kargs *k) {
  * strides, where larger tiles thrash cache sets. */
 #define TILE 8
 
+/* Job j of the c == 1 transpose: a strip of TILE input rows of one (a, b)
+ * m x n matrix (row stride ls) to its n x m image (row stride ld), walked
+ * across in TILE x TILE tiles. es (4 or 2, a constant after inlining) is
+ * the element size. */
+K_BODY void transpose_strip(const char *x, char *y, int64_t j, int64_t m,
+                            int64_t bm, int64_t n, int64_t tm, size_t es) {
+    const int64_t ls = bm * n, ld = bm * m;
+    int64_t im = j % tm, t = j / tm;
+    int64_t bi = t % bm, ai = t / bm;
+    const char *s = x + (size_t)(ai * m * bm * n + bi * n) * es;
+    char *o = y + (size_t)(ai * n * bm * m + bi * m) * es;
+    int64_t m0 = im * TILE, m1 = m0 + TILE < m ? m0 + TILE : m;
+    for (int64_t n0 = 0; n0 < n; n0 += TILE) {
+        int64_t n1 = n0 + TILE < n ? n0 + TILE : n;
+        for (int64_t ni = n0; ni < n1; ni++)
+            for (int64_t mi = m0; mi < m1; mi++)
+                memcpy(o + (size_t)(ni * ld + mi) * es,
+                       s + (size_t)(mi * ls + ni) * es, es);
+    }
+}
+
 void delta_k_transpose(const delta_kargs *k) {
     const delta_tensor *xt = k->in_t[0];
     int d0 = k->op->a.dim, d1 = k->op->a.dim1;
     DELTA_ASSERT(0 <= d0 && d0 < d1 && d1 < xt->ndim);
-    DELTA_ASSERT(delta_dtype_size(xt->dtype) == 4);
+    const size_t es = delta_dtype_size(xt->dtype);
+    DELTA_ASSERT(es == 4 || es == 2);
     /* x viewed as (A, M, Bm, N, C) -> y (A, N, Bm, M, C). */
     int64_t a = 1, m = xt->shape[d0], bm = 1, n = xt->shape[d1], c = 1;
     for (int i = 0; i < d0; i++) a *= xt->shape[i];
     for (int i = d0 + 1; i < d1; i++) bm *= xt->shape[i];
     for (int i = d1 + 1; i < xt->ndim; i++) c *= xt->shape[i];
-    const uint32_t *x = k->in[0];
-    uint32_t *y = k->out[0];
+    const char *x = k->in[0];
+    char *y = k->out[0];
     if (xt->numel == 0) return;
     if (c > 1) {
         /* Contiguous runs of c elements: one output row (a, n, b) holds m
          * runs, each from x[a, mi, b, n, :]. */
         int64_t orows = a * n * bm;
-        size_t run = (size_t)c * 4;
+        size_t run = (size_t)c * es;
         #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < orows; r++) {
             int64_t bi = r % bm, t = r / bm;
             int64_t ni = t % n, ai = t / n;
-            uint32_t *o = y + r * m * c;
-            const uint32_t *s = x + ((ai * m * bm + bi) * n + ni) * c;
-            int64_t sstride = bm * n * c;
+            char *o = y + (size_t)(r * m) * run;
+            const char *s = x + (size_t)((ai * m * bm + bi) * n + ni) * run;
+            size_t sstride = (size_t)(bm * n) * run;
             for (int64_t mi = 0; mi < m; mi++)
-                memcpy(o + mi * c, s + mi * sstride, run);
+                memcpy(o + (size_t)mi * run, s + (size_t)mi * sstride, run);
         }
         return;
     }
     /* c == 1: for each (a, b), an m x n matrix with row stride bm*n goes to
-     * an n x m matrix with row stride bm*m. One job is a strip of TILE
-     * input rows, walked across in TILE x TILE tiles. */
+     * an n x m matrix with row stride bm*m, in strips of TILE rows. */
     int64_t tm = (m + TILE - 1) / TILE;
     int64_t jobs = a * bm * tm;
-    int64_t ls = bm * n, ld = bm * m;
     #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < jobs; j++) {
-        int64_t im = j % tm, t = j / tm;
-        int64_t bi = t % bm, ai = t / bm;
-        const uint32_t *s = x + ai * m * bm * n + bi * n;
-        uint32_t *o = y + ai * n * bm * m + bi * m;
-        int64_t m0 = im * TILE, m1 = m0 + TILE < m ? m0 + TILE : m;
-        for (int64_t n0 = 0; n0 < n; n0 += TILE) {
-            int64_t n1 = n0 + TILE < n ? n0 + TILE : n;
-            for (int64_t ni = n0; ni < n1; ni++)
-                for (int64_t mi = m0; mi < m1; mi++)
-                    o[ni * ld + mi] = s[mi * ls + ni];
-        }
+        if (es == 4) transpose_strip(x, y, j, m, bm, n, tm, 4);
+        else transpose_strip(x, y, j, m, bm, n, tm, 2);
     }
 }
 

@@ -1,6 +1,8 @@
 /* Matrix products: matmul (batched, transposes, alpha, 2-D b broadcast over
  * the batch), linear (x w^T + bias as one GEMM over all rows) and
- * sum_leading (the bias gradient of linear). */
+ * sum_leading (the bias gradient of linear; F32 or BF16, k_dtype.h). The
+ * BF16 matmul and linear are in k_bf16.c. */
+#include "backend/cpu/k_dtype.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernel_shapes.h"
 #include "delta/cpu.h"
@@ -65,9 +67,23 @@ void delta_k_linear(const delta_kargs *k) {
 /* Columns per chunk: each thread sums whole columns, row by row. */
 #define SL_CHUNK 256
 
+/* Columns [j0, j0 + w) of y, each summed in double over the rows in
+ * order. */
+K_BODY void sum_leading_chunk(const void *x, void *y, int64_t rows,
+                              int64_t s, int64_t j0, int64_t w, bool bf) {
+    double acc[SL_CHUNK];
+    for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const void *xr = k_at(x, r * s + j0, bf);
+        for (int64_t j = 0; j < w; j++) acc[j] += (double)k_ld(xr, j, bf);
+    }
+    for (int64_t j = 0; j < w; j++) k_st(y, j0 + j, (float)acc[j], bf);
+}
+
 void delta_k_sum_leading(const delta_kargs *k) {
-    const float *x = k->in[0];
-    float *y = k->out[0];
+    const void *x = k->in[0];
+    void *y = k->out[0];
+    const bool bf = k_is_bf16(k->in_t[0]);
     int64_t s = k->out_t[0]->numel;
     if (s == 0) return;
     int64_t rows = k->in_t[0]->numel / s;
@@ -81,12 +97,7 @@ void delta_k_sum_leading(const delta_kargs *k) {
     for (int64_t ch = 0; ch < chunks; ch++) {
         int64_t j0 = ch * SL_CHUNK;
         int64_t w = s - j0 < SL_CHUNK ? s - j0 : SL_CHUNK;
-        double acc[SL_CHUNK];
-        for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * s + j0;
-            for (int64_t j = 0; j < w; j++) acc[j] += (double)xr[j];
-        }
-        for (int64_t j = 0; j < w; j++) y[j0 + j] = (float)acc[j];
+        if (bf) sum_leading_chunk(x, y, rows, s, j0, w, true);
+        else sum_leading_chunk(x, y, rows, s, j0, w, false);
     }
 }

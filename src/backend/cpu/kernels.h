@@ -37,6 +37,9 @@ typedef void (*delta_kernel_fn)(const delta_kargs *k);
 
 /* Runs the kernel of k->op's type. */
 void delta_cpu_run(const delta_kargs *k);
+/* The kernel of op type t as dispatch.c's table holds it (its F32 form;
+ * NULL for a view): what tests run through delta_cpu_run_widened. */
+delta_kernel_fn delta_cpu_kernel(delta_op_type t);
 
 /* ---- GEMM -------------------------------------------------------------
  * Row-major C (M x N) = alpha * op(A) op(B) + beta * C, op = transpose when
@@ -131,7 +134,9 @@ void delta_k_matmul_bf16(const delta_kargs *k);
 void delta_k_linear_bf16(const delta_kargs *k);
 
 /* ---- BF16 (k_bf16.c) ------------------------------------------------------
- * Bulk conversions (round to nearest even), parallel over elements. */
+ * Most kernels above take F32 or BF16 operands themselves (k_dtype.h);
+ * these are the conversions, the widening of the convolutions and the
+ * BF16 GEMM. Bulk conversions (round to nearest even), parallel over elements. */
 void delta_cpu_bf16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void delta_cpu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n);
 /* True when any operand of k is BF16. */
