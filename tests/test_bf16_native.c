@@ -81,7 +81,11 @@ static delta_tensor *p_pools(delta_ctx *c, delta_tensor *x, delta_tensor *x2) {
     delta_tensor *p = delta_maxpool2d(c, x, 3, 2, 1);
     delta_tensor *q = delta_avgpool2d(c, delta_maxpool2d(c, p, 2, 1, 0), 3,
                                       1, 1);
-    return delta_add(c, delta_global_avgpool(c, q),
+    /* stride above the window: dx rows no window reaches */
+    delta_tensor *gap = delta_maxpool2d(c, delta_avgpool2d(c, p, 2, 3, 0), 1,
+                                        2, 0);
+    return delta_add(c, delta_add(c, delta_global_avgpool(c, q),
+                                  delta_global_avgpool(c, gap)),
                      delta_global_avgpool(c, delta_avgpool2d(c, p, 2, 2, 0)));
 }
 /* split into three, one part unused (its gradient is a BF16 fill), both
