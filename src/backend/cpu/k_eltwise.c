@@ -32,21 +32,18 @@
 #define EW_FOR(bf, i, ...)                                                 \
     do {                                                                   \
         if (bf) {                                                          \
-            EW_PARALLEL_FOR                                                \
-            for (int64_t i = 0; i < n_; i++) {                             \
-                const bool BF = true;                                      \
-                (void)BF;                                                  \
-                __VA_ARGS__                                                \
-            }                                                              \
+            EW_LOOP_(true, i, __VA_ARGS__)                                 \
         } else {                                                           \
-            EW_PARALLEL_FOR                                                \
-            for (int64_t i = 0; i < n_; i++) {                             \
-                const bool BF = false;                                     \
-                (void)BF;                                                  \
-                __VA_ARGS__                                                \
-            }                                                              \
+            EW_LOOP_(false, i, __VA_ARGS__)                                \
         }                                                                  \
     } while (0)
+#define EW_LOOP_(bf_value, i, ...)                                         \
+    EW_PARALLEL_FOR                                                        \
+    for (int64_t i = 0; i < n_; i++) {                                     \
+        const bool BF = bf_value;                                          \
+        (void)BF;                                                          \
+        __VA_ARGS__                                                        \
+    }
 
 /* Declares the n_ and nt_ that EW_PARALLEL_FOR reads. */
 #define EW_SETUP(n)                                                        \
