@@ -71,8 +71,8 @@ static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
 
 /* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes, as
  * on the CPU (src/backend/cpu/dispatch.c), to its native BF16 kernel where
- * the type has one (matmul and linear on the tensor cores; the cast is in
- * the table), else through the widening wrapper where
+ * the type has one (matmul and linear on the tensor cores, convolutions
+ * through cuDNN; the cast is in the table), else through the widening wrapper where
  * delta_op_widens_bf16 says so, and stops otherwise rather than compute
  * on the wrong element size. */
 void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
@@ -87,6 +87,10 @@ void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
             fn = delta_cu_matmul_bf16;
         } else if (k->op->type == DELTA_OP_LINEAR) {
             fn = delta_cu_linear_bf16;
+        } else if (k->op->type == DELTA_OP_CONV2D ||
+                   k->op->type == DELTA_OP_CONV2D_DX ||
+                   k->op->type == DELTA_OP_CONV2D_DW) {
+            fn = delta_cu_conv_bf16;
         } else {
             DELTA_ASSERTF(delta_op_widens_bf16(k->op->type),
                           "op %d (%s, %s) has a BF16 operand and no BF16 "
