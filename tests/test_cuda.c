@@ -442,11 +442,13 @@ static double elem(const void *p, delta_dtype dt, int64_t i) {
     return ((const float *)p)[i];
 }
 
-/* The roots an op touches, each once: inputs first. */
+/* The roots an op touches, each once: inputs first; in_slot[j] and
+ * out_slot[j] index operand j's root among them. */
 typedef struct op_roots {
     int id[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT];
     bool is_in[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT];
     int n;
+    int in_slot[DELTA_MAX_OP_IN], out_slot[DELTA_MAX_OP_OUT];
 } op_roots;
 
 static int roots_add(op_roots *r, int id, bool in) {
@@ -455,6 +457,45 @@ static int roots_add(op_roots *r, int id, bool in) {
     r->id[r->n] = id;
     r->is_in[r->n] = in;
     return r->n++;
+}
+
+static op_roots op_roots_of(const delta_ctx *c, const delta_op *op) {
+    op_roots r = {.n = 0};
+    for (int j = 0; j < op->n_in; j++)
+        r.in_slot[j] = roots_add(&r, delta_tensor_root(c, op->in[j]), true);
+    for (int j = 0; j < op->n_out; j++)
+        r.out_slot[j] = roots_add(&r, delta_tensor_root(c, op->out[j]), false);
+    return r;
+}
+
+/* op's inputs in init[root slot]: vals[root id] when vals is given, else
+ * random (fill_input, once per root); the outputs not read NaN (0xff
+ * bytes), so an element a kernel forgets cannot match a CPU run that
+ * starts them from 0. */
+static void op_inputs(const delta_ctx *c, const delta_op *op,
+                      const op_roots *r, void **init, const size_t *bytes,
+                      void *const *vals) {
+    for (int j = 0; j < op->n_in; j++) {
+        int s = r->in_slot[j];
+        if (vals) memcpy(init[s], vals[r->id[s]], bytes[s]);
+        else if (j == 0 || r->id[s] != r->id[r->in_slot[j - 1]])
+            fill_input(op, j, c->tensors[op->in[j]], init[s]);
+    }
+    for (int i = 0; i < r->n; i++)
+        if (!r->is_in[i]) memset(init[i], 0xff, bytes[i]);
+}
+
+/* k's operands: op's tensors, each with the data at data[its root slot]. */
+static void kargs_bind(delta_kargs *k, const delta_ctx *c, const delta_op *op,
+                       const op_roots *r, void *const *data) {
+    for (int j = 0; j < op->n_in; j++) {
+        k->in_t[j] = c->tensors[op->in[j]];
+        k->in[j] = data[r->in_slot[j]];
+    }
+    for (int j = 0; j < op->n_out; j++) {
+        k->out_t[j] = c->tensors[op->out[j]];
+        k->out[j] = data[r->out_slot[j]];
+    }
 }
 
 #define GPU_ALIGN 256
@@ -477,14 +518,10 @@ typedef struct op_check {
  * least 1): a long sum of large terms that cancels keeps their rounding. */
 static void check_op(delta_backend *be, const delta_ctx *c, const delta_op *op,
                      const delta_kernel_env *env, op_check *oc, void **vals) {
-    op_roots r = {.n = 0};
-    int in_slot[DELTA_MAX_OP_IN], out_slot[DELTA_MAX_OP_OUT];
-    for (int j = 0; j < op->n_in; j++)
-        in_slot[j] = roots_add(&r, delta_tensor_root(c, op->in[j]), true);
-    for (int j = 0; j < op->n_out; j++)
-        out_slot[j] = roots_add(&r, delta_tensor_root(c, op->out[j]), false);
+    const op_roots r = op_roots_of(c, op);
+    const int *in_slot = r.in_slot, *out_slot = r.out_slot;
     void *init[16], *cpu[16], *g1[16], *g2[16];
-    size_t off[16], bytes[16], arena = 0;
+    size_t off[16], bytes[16] = {0}, arena = 0;
     for (int i = 0; i < r.n; i++) {
         bytes[i] = c->tensors[r.id[i]]->bytes;
         size_t nb = bytes[i] ? bytes[i] : 4;
@@ -497,28 +534,13 @@ static void check_op(delta_backend *be, const delta_ctx *c, const delta_op *op,
     }
     size_t ws_off = arena;
     arena += op->workspace + GPU_ALIGN;
-    for (int j = 0; j < op->n_in; j++) {
-        int s = in_slot[j];
-        if (vals) memcpy(init[s], vals[r.id[s]], bytes[s]);
-        else if (j == 0 || r.id[s] != r.id[in_slot[j - 1]])
-            fill_input(op, j, c->tensors[op->in[j]], init[s]);
-    }
-    /* outputs not read: the CPU starts from 0, the GPU from NaN, so an
-     * element the GPU kernel forgets cannot match */
-    for (int i = 0; i < r.n; i++)
-        if (!r.is_in[i]) memset(init[i], 0xff, bytes[i]);
+    /* outputs not read: the CPU starts from 0, the GPU from NaN */
+    op_inputs(c, op, &r, init, bytes, vals);
     void *ws = op->workspace ? delta_alloc_aligned(op->workspace) : NULL;
     delta_kargs k = {.op = op, .env = env, .ws = ws};
     for (int i = 0; i < r.n; i++)
         if (r.is_in[i]) memcpy(cpu[i], init[i], bytes[i]);
-    for (int j = 0; j < op->n_in; j++) {
-        k.in_t[j] = c->tensors[op->in[j]];
-        k.in[j] = cpu[in_slot[j]];
-    }
-    for (int j = 0; j < op->n_out; j++) {
-        k.out_t[j] = c->tensors[op->out[j]];
-        k.out[j] = cpu[out_slot[j]];
-    }
+    kargs_bind(&k, c, op, &r, cpu);
     delta_cpu_run(&k);
     delta_free_aligned(ws);
 
@@ -708,14 +730,9 @@ static void test_bf16_ops_match_cpu(void) {
 static void native_vs_widened(const delta_cuda_kctx *kc, const delta_ctx *c,
                               const delta_op *op, const delta_kernel_env *env,
                               int *compared) {
-    op_roots r = {.n = 0};
-    int in_slot[DELTA_MAX_OP_IN], out_slot[DELTA_MAX_OP_OUT];
-    for (int j = 0; j < op->n_in; j++)
-        in_slot[j] = roots_add(&r, delta_tensor_root(c, op->in[j]), true);
-    for (int j = 0; j < op->n_out; j++)
-        out_slot[j] = roots_add(&r, delta_tensor_root(c, op->out[j]), false);
+    const op_roots r = op_roots_of(c, op);
     void *init[16], *dev[16] = {NULL}, *got[2][16];
-    size_t bytes[16];
+    size_t bytes[16] = {0};
     bool ok = true;
     for (int i = 0; i < r.n; i++) {
         bytes[i] = c->tensors[r.id[i]]->bytes;
@@ -725,13 +742,7 @@ static void native_vs_widened(const delta_cuda_kctx *kc, const delta_ctx *c,
         got[1][i] = calloc(1, nb);
         ok &= cudaMalloc(&dev[i], nb) == cudaSuccess;
     }
-    for (int j = 0; j < op->n_in; j++) {
-        int s = in_slot[j];
-        if (j == 0 || r.id[s] != r.id[in_slot[j - 1]])
-            fill_input(op, j, c->tensors[op->in[j]], init[s]);
-    }
-    for (int i = 0; i < r.n; i++) /* outputs not read: NaN, as check_op */
-        if (!r.is_in[i]) memset(init[i], 0xff, bytes[i]);
+    op_inputs(c, op, &r, init, bytes, NULL);
     size_t copies = 0;
     for (int j = 0; j < op->n_in; j++)
         copies += delta_widen_bytes_of(c->tensors[op->in[j]]);
@@ -748,14 +759,7 @@ static void native_vs_widened(const delta_cuda_kctx *kc, const delta_ctx *c,
         for (int i = 0; i < r.n; i++)
             CU_CHECKED(cudaMemcpy(dev[i], init[i], bytes[i],
                                   cudaMemcpyHostToDevice));
-        for (int j = 0; j < op->n_in; j++) {
-            k.in_t[j] = c->tensors[op->in[j]];
-            k.in[j] = dev[in_slot[j]];
-        }
-        for (int j = 0; j < op->n_out; j++) {
-            k.out_t[j] = c->tensors[op->out[j]];
-            k.out[j] = dev[out_slot[j]];
-        }
+        kargs_bind(&k, c, op, &r, dev);
         if (route == 0)
             delta_cuda_run(kc, &k);
         else
@@ -767,8 +771,8 @@ static void native_vs_widened(const delta_cuda_kctx *kc, const delta_ctx *c,
                                   cudaMemcpyDeviceToHost));
     }
     for (int j = 0; ok && j < op->n_out; j++) {
-        int s = out_slot[j];
-        if (j > 0 && s == out_slot[j - 1]) continue;
+        int s = r.out_slot[j];
+        if (j > 0 && s == r.out_slot[j - 1]) continue;
         const delta_tensor *t = c->tensors[op->out[j]];
         size_t es = delta_dtype_size(t->dtype);
         int64_t first = -1;
