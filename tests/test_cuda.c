@@ -323,8 +323,8 @@ static void test_bf16_programs_have_routes(void) {
 #define ATOL 1e-4
 #define RTOL 1e-3
 /* BF16 outputs. The GPU and the CPU compute the same fp32 function of the
- * same BF16 inputs (the widened ops run their fp32 kernels on exact
- * copies; the GEMMs sum the same products in fp32), so before rounding
+ * same BF16 inputs (each op widens them exactly and computes as its fp32
+ * kernel; the GEMMs sum the same products in fp32), so before rounding
  * they agree within ATOL + RTOL |b| as fp32 ops do; then each rounds once
  * to BF16. Two fp32 values that close may round to neighbouring BF16
  * values: one more BF16 ulp, at most 2^-7 |b| (8 significant bits; an ulp
@@ -336,7 +336,8 @@ static void test_bf16_programs_have_routes(void) {
 #define RTOL_BF16 1e-2
 
 /* Ops whose CUDA kernel does the CPU's arithmetic in the CPU's order (in BF16
- * too: widened, the same fp32 bits round the same; the cast is bf16.h's). */
+ * too: widened exactly, the same fp32 bits round the same; the cast is
+ * bf16.h's). */
 static bool bit_exact(delta_op_type t) {
     switch (t) {
     case DELTA_OP_RELU: case DELTA_OP_RELU_BWD: case DELTA_OP_ADD:
@@ -705,15 +706,16 @@ static void test_ops_match_cpu(void) {
     ops_match_cpu(be, false);
 }
 
-/* BF16: the cast bit for bit, matmul and linear on the tensor cores and
- * every widened op within RTOL_BF16, each run twice the same bits. */
+/* BF16: the cast and the bit_exact ops bit for bit, matmul and linear on
+ * the tensor cores and every other op within RTOL_BF16, each run twice
+ * the same bits. */
 static void test_bf16_ops_match_cpu(void) {
     NEED_GPU(be);
     ops_match_cpu(be, true);
 }
 
 #ifdef DELTA_HAVE_CUDA
-/* Uploads, runs and downloads of native_is_widened, checked. */
+/* Uploads, runs and downloads of native_vs_widened, checked. */
 #define CU_CHECKED(call)                                                   \
     do {                                                                   \
         cudaError_t e_ = (call);                                           \
