@@ -176,8 +176,9 @@ void delta_cu_sgd_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_adamw_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_grad_sumsq(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_clip_coef(const delta_cuda_kctx *c, const delta_kargs *k);
-/* cu_bf16.cu: the cast, and matmul and linear with BF16 operands on the
- * tensor cores (cuBLASLt, fp32 accumulation) */
+/* cu_bf16.cu: the cast, matmul and linear with BF16 operands on the
+ * tensor cores (cuBLASLt, fp32 accumulation), and the widening of the ops
+ * that have no native BF16 kernel */
 typedef void (*delta_cu_kernel_fn)(const delta_cuda_kctx *c,
                                    const delta_kargs *k);
 void delta_cu_cast(const delta_cuda_kctx *c, const delta_kargs *k);
@@ -188,6 +189,11 @@ void delta_cu_linear_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
  * workspace as fn's own, and rounds its BF16 outputs. */
 void delta_cu_run_widened(const delta_cuda_kctx *c, const delta_kargs *k,
                           delta_cu_kernel_fn fn);
+/* The kernel of op type t in delta_cuda_run's table (NULL: nothing to
+ * run): what it runs for F32 operands, and for BF16 ones where
+ * delta_cuda_bf16_generic(t) (cu_bf16_route.h). test_cuda widens it to
+ * compare the native BF16 route with the widened one. */
+delta_cu_kernel_fn delta_cuda_kernel_of(delta_op_type t);
 
 #ifdef __cplusplus
 }
