@@ -18,14 +18,17 @@
  *    in flight while kernels run (overlapping spans on the GPU's clock).
  *  - BF16 (mixed precision): every op of a bf16 ResNet, GPT-2 and small
  *    graph against the CPU within a BF16 tolerance (the cast and the
- *    copying ops bit for bit), on random and on training data; a bf16
- *    session is its ops; every policy trains them bit-identical to keep.
+ *    copying ops bit for bit), on random and on training data; each op
+ *    whose kernel takes BF16 itself against its widened form (fp32 copies,
+ *    the fp32 kernel, rounding), bit for bit; a bf16 session is its ops;
+ *    every policy trains them bit-identical to keep.
  *  - without a GPU (any build): `delta train --backend cuda` fails with a
  *    clear message and exit status 1 (no device) or 2 (built without CUDA),
  *    in fp32 and in bf16.
  *
  *   test_cuda [policy]   the policy cases of that policy only */
 #include "backend/backend.h"
+#include "backend/cuda/cu_bf16_route.h"
 #include "core/bf16.h"
 #include "delta/delta.h"
 #include "delta/exec.h"
@@ -34,6 +37,10 @@
 #include "test.h"
 
 #include <sys/wait.h>
+
+#ifdef DELTA_HAVE_CUDA /* the kernels' own entry points, for one test */
+#include "backend/cuda/cuda_kernels.h"
+#endif
 
 static const char *only; /* argv[1] */
 /* the delta of this test's build: BUILD/tests/test_cuda -> BUILD/delta */
@@ -117,12 +124,13 @@ static void test_cli_backend_cuda(void) {
 /* ---- the op programs ---------------------------------------------------------- */
 
 /* A graph holding what the models do not: conv2d with bias (and its bias
- * gradient), avgpool, mul, sum, batch norm of (N, C) and its fused forms
- * on (N, C), layer norm without affine parameters, split, concat,
- * transpose, a key-masked softmax, and SGD with Nesterov momentum and
- * weight decay. bf16: x, w and b are cast to BF16, so everything up to
- * the sum is BF16 (batch norm's parameters and the softmax's mask stay
- * F32), cast back to F32 for the sum. */
+ * gradient), avgpool, mul, gelu's erf form, sum, batch norm of (N, C) and
+ * its fused forms on (N, C), layer norm without affine parameters, split,
+ * concat, transpose, a key-masked softmax of which half is used (the
+ * other half's gradient is a fill of zeros), and SGD with Nesterov
+ * momentum and weight decay. bf16: x, w and b are cast to BF16, so
+ * everything up to the sum is BF16 (batch norm's parameters and the
+ * softmax's mask stay F32), cast back to F32 for the sum. */
 static delta_ctx *extra_graph(bool bf16) {
     delta_ctx *c = delta_ctx_new();
     delta_init ini = {DELTA_INIT_NORMAL, 0, 0.1f};
@@ -146,7 +154,7 @@ static delta_ctx *extra_graph(bool bf16) {
     }
     delta_tensor *y = delta_conv2d(c, x, w, b, 2, 1);
     y = delta_avgpool2d(c, y, 3, 1, 1);
-    y = delta_scale(c, delta_mul(c, y, y), 0.5f);
+    y = delta_gelu_erf(c, delta_scale(c, delta_mul(c, y, y), 0.5f));
     y = delta_global_avgpool(c, y);
     y = delta_batchnorm(c, y, g, be, rm, rv, 0.1f, 1e-5f);
     if (!bf16) { /* the fused forms are F32 only, as the pass fuses */
@@ -161,6 +169,9 @@ static delta_ctx *extra_graph(bool bf16) {
     y = delta_transpose(c, delta_reshape(c, y, 3, r3), 1, 2);
     y = delta_layernorm(c, delta_reshape(c, y, 2, r2), NULL, NULL, 1e-5f);
     y = delta_softmax(c, delta_reshape(c, y, 3, sm), false, mask);
+    delta_tensor *halves[2];
+    delta_split(c, y, 2, 2, halves);
+    y = halves[0];
     if (bf16) y = delta_cast(c, y, DELTA_F32);
     delta_tensor *loss = delta_sum(c, y);
     delta_backward(c, loss);
@@ -244,11 +255,31 @@ static bool has_bf16(const delta_ctx *c, const delta_op *op) {
     return false;
 }
 
+/* The op types the BF16 models and the small graph compute in BF16. */
+static const delta_op_type bf16_met[] = {
+    DELTA_OP_CAST, DELTA_OP_MATMUL, DELTA_OP_LINEAR, DELTA_OP_CONV2D,
+    DELTA_OP_CONV2D_DX, DELTA_OP_CONV2D_DW, DELTA_OP_BIAS_GRAD_NCHW,
+    DELTA_OP_BATCHNORM, DELTA_OP_BATCHNORM_BWD, DELTA_OP_LAYERNORM,
+    DELTA_OP_LAYERNORM_BWD, DELTA_OP_SOFTMAX, DELTA_OP_SOFTMAX_BWD,
+    DELTA_OP_CROSS_ENTROPY, DELTA_OP_CROSS_ENTROPY_BWD, DELTA_OP_GELU,
+    DELTA_OP_GELU_BWD, DELTA_OP_RELU, DELTA_OP_RELU_BWD,
+    DELTA_OP_MAXPOOL2D, DELTA_OP_MAXPOOL2D_BWD, DELTA_OP_AVGPOOL2D,
+    DELTA_OP_AVGPOOL2D_BWD, DELTA_OP_GLOBAL_AVGPOOL,
+    DELTA_OP_GLOBAL_AVGPOOL_BWD, DELTA_OP_ADD, DELTA_OP_MUL,
+    DELTA_OP_SCALE, DELTA_OP_DROPOUT, DELTA_OP_DROPOUT_BWD,
+    DELTA_OP_TRANSPOSE, DELTA_OP_SPLIT, DELTA_OP_CONCAT,
+    DELTA_OP_SUM_LEADING, DELTA_OP_FILL,
+};
+#define N_BF16_MET (sizeof bf16_met / sizeof bf16_met[0])
+
 /* Runs without a GPU too: in the BF16 programs every op with a BF16
- * operand has a CUDA route (delta_cuda_run: the cast, matmul and linear
- * on the tensor cores, or the widening wrapper; a reshape is a view), and
- * the programs meet every op type the BF16 models and the small graph
- * compute in BF16, so test_bf16_ops_match_cpu tries each route. */
+ * operand has a CUDA route (delta_cuda_run): a native one (the cast,
+ * matmul and linear on the tensor cores, or a kernel that takes BF16
+ * itself: delta_cuda_bf16_generic), or the widening wrapper
+ * (delta_op_widens_bf16; a reshape is a view); only the convolution
+ * family is widened; and the programs meet every op type the BF16 models
+ * and the small graph compute in BF16, so test_bf16_ops_match_cpu tries
+ * each route. */
 static void test_bf16_programs_have_routes(void) {
     int n;
     delta_ctx **cs = op_programs_of(true, &n);
@@ -260,30 +291,26 @@ static void test_bf16_programs_have_routes(void) {
             const delta_op *op = &cs[p]->ops[i];
             if (!has_bf16(cs[p], op)) continue;
             seen[op->type] = true;
-            CHECK(op->type == DELTA_OP_CAST || op->type == DELTA_OP_MATMUL ||
-                      op->type == DELTA_OP_LINEAR ||
-                      op->type == DELTA_OP_RESHAPE ||
+            bool native = op->type == DELTA_OP_CAST ||
+                          op->type == DELTA_OP_MATMUL ||
+                          op->type == DELTA_OP_LINEAR ||
+                          delta_cuda_bf16_generic(op->type);
+            bool conv = op->type == DELTA_OP_CONV2D ||
+                        op->type == DELTA_OP_CONV2D_DX ||
+                        op->type == DELTA_OP_CONV2D_DW ||
+                        op->type == DELTA_OP_BIAS_GRAD_NCHW;
+            CHECK(native || op->type == DELTA_OP_RESHAPE ||
                       delta_op_widens_bf16(op->type),
                   "op %d %s (%s) has a BF16 operand and no CUDA route",
                   op->id, op->name, delta_op_type_name(op->type));
+            CHECK(native != conv || op->type == DELTA_OP_RESHAPE,
+                  "op %d %s (%s): the CUDA backend widens exactly the "
+                  "convolution family, natively %s", op->id, op->name,
+                  delta_op_type_name(op->type), native ? "yes" : "no");
         }
-    static const delta_op_type met[] = {
-        DELTA_OP_CAST, DELTA_OP_MATMUL, DELTA_OP_LINEAR, DELTA_OP_CONV2D,
-        DELTA_OP_CONV2D_DX, DELTA_OP_CONV2D_DW, DELTA_OP_BIAS_GRAD_NCHW,
-        DELTA_OP_BATCHNORM, DELTA_OP_BATCHNORM_BWD, DELTA_OP_LAYERNORM,
-        DELTA_OP_LAYERNORM_BWD, DELTA_OP_SOFTMAX, DELTA_OP_SOFTMAX_BWD,
-        DELTA_OP_CROSS_ENTROPY, DELTA_OP_CROSS_ENTROPY_BWD, DELTA_OP_GELU,
-        DELTA_OP_GELU_BWD, DELTA_OP_RELU, DELTA_OP_RELU_BWD,
-        DELTA_OP_MAXPOOL2D, DELTA_OP_MAXPOOL2D_BWD, DELTA_OP_AVGPOOL2D,
-        DELTA_OP_AVGPOOL2D_BWD, DELTA_OP_GLOBAL_AVGPOOL,
-        DELTA_OP_GLOBAL_AVGPOOL_BWD, DELTA_OP_ADD, DELTA_OP_MUL,
-        DELTA_OP_SCALE, DELTA_OP_DROPOUT, DELTA_OP_DROPOUT_BWD,
-        DELTA_OP_TRANSPOSE, DELTA_OP_SPLIT, DELTA_OP_CONCAT,
-        DELTA_OP_SUM_LEADING,
-    };
-    for (size_t i = 0; i < sizeof met / sizeof met[0]; i++)
-        CHECK(seen[met[i]], "no bf16 program has a BF16 %s op",
-              delta_op_type_name(met[i]));
+    for (size_t i = 0; i < N_BF16_MET; i++)
+        CHECK(seen[bf16_met[i]], "no bf16 program has a BF16 %s op",
+              delta_op_type_name(bf16_met[i]));
     printf("  op types with BF16 operands:");
     for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
         if (seen[t]) printf(" %s", delta_op_type_name((delta_op_type)t));
@@ -296,8 +323,8 @@ static void test_bf16_programs_have_routes(void) {
 #define ATOL 1e-4
 #define RTOL 1e-3
 /* BF16 outputs. The GPU and the CPU compute the same fp32 function of the
- * same BF16 inputs (the widened ops run their fp32 kernels on exact
- * copies; the GEMMs sum the same products in fp32), so before rounding
+ * same BF16 inputs (each op widens them exactly and computes as its fp32
+ * kernel; the GEMMs sum the same products in fp32), so before rounding
  * they agree within ATOL + RTOL |b| as fp32 ops do; then each rounds once
  * to BF16. Two fp32 values that close may round to neighbouring BF16
  * values: one more BF16 ulp, at most 2^-7 |b| (8 significant bits; an ulp
@@ -309,7 +336,8 @@ static void test_bf16_programs_have_routes(void) {
 #define RTOL_BF16 1e-2
 
 /* Ops whose CUDA kernel does the CPU's arithmetic in the CPU's order (in BF16
- * too: widened, the same fp32 bits round the same; the cast is bf16.h's). */
+ * too: widened exactly, the same fp32 bits round the same; the cast is
+ * bf16.h's). */
 static bool bit_exact(delta_op_type t) {
     switch (t) {
     case DELTA_OP_RELU: case DELTA_OP_RELU_BWD: case DELTA_OP_ADD:
@@ -415,11 +443,13 @@ static double elem(const void *p, delta_dtype dt, int64_t i) {
     return ((const float *)p)[i];
 }
 
-/* The roots an op touches, each once: inputs first. */
+/* The roots an op touches, each once: inputs first; in_slot[j] and
+ * out_slot[j] index operand j's root among them. */
 typedef struct op_roots {
     int id[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT];
     bool is_in[DELTA_MAX_OP_IN + DELTA_MAX_OP_OUT];
     int n;
+    int in_slot[DELTA_MAX_OP_IN], out_slot[DELTA_MAX_OP_OUT];
 } op_roots;
 
 static int roots_add(op_roots *r, int id, bool in) {
@@ -428,6 +458,45 @@ static int roots_add(op_roots *r, int id, bool in) {
     r->id[r->n] = id;
     r->is_in[r->n] = in;
     return r->n++;
+}
+
+static op_roots op_roots_of(const delta_ctx *c, const delta_op *op) {
+    op_roots r = {.n = 0};
+    for (int j = 0; j < op->n_in; j++)
+        r.in_slot[j] = roots_add(&r, delta_tensor_root(c, op->in[j]), true);
+    for (int j = 0; j < op->n_out; j++)
+        r.out_slot[j] = roots_add(&r, delta_tensor_root(c, op->out[j]), false);
+    return r;
+}
+
+/* op's inputs in init[root slot]: vals[root id] when vals is given, else
+ * random (fill_input, once per root); the outputs not read NaN (0xff
+ * bytes), so an element a kernel forgets cannot match a CPU run that
+ * starts them from 0. */
+static void op_inputs(const delta_ctx *c, const delta_op *op,
+                      const op_roots *r, void **init, const size_t *bytes,
+                      void *const *vals) {
+    for (int j = 0; j < op->n_in; j++) {
+        int s = r->in_slot[j];
+        if (vals) memcpy(init[s], vals[r->id[s]], bytes[s]);
+        else if (j == 0 || r->id[s] != r->id[r->in_slot[j - 1]])
+            fill_input(op, j, c->tensors[op->in[j]], init[s]);
+    }
+    for (int i = 0; i < r->n; i++)
+        if (!r->is_in[i]) memset(init[i], 0xff, bytes[i]);
+}
+
+/* k's operands: op's tensors, each with the data at data[its root slot]. */
+static void kargs_bind(delta_kargs *k, const delta_ctx *c, const delta_op *op,
+                       const op_roots *r, void *const *data) {
+    for (int j = 0; j < op->n_in; j++) {
+        k->in_t[j] = c->tensors[op->in[j]];
+        k->in[j] = data[r->in_slot[j]];
+    }
+    for (int j = 0; j < op->n_out; j++) {
+        k->out_t[j] = c->tensors[op->out[j]];
+        k->out[j] = data[r->out_slot[j]];
+    }
 }
 
 #define GPU_ALIGN 256
@@ -450,14 +519,10 @@ typedef struct op_check {
  * least 1): a long sum of large terms that cancels keeps their rounding. */
 static void check_op(delta_backend *be, const delta_ctx *c, const delta_op *op,
                      const delta_kernel_env *env, op_check *oc, void **vals) {
-    op_roots r = {.n = 0};
-    int in_slot[DELTA_MAX_OP_IN], out_slot[DELTA_MAX_OP_OUT];
-    for (int j = 0; j < op->n_in; j++)
-        in_slot[j] = roots_add(&r, delta_tensor_root(c, op->in[j]), true);
-    for (int j = 0; j < op->n_out; j++)
-        out_slot[j] = roots_add(&r, delta_tensor_root(c, op->out[j]), false);
+    const op_roots r = op_roots_of(c, op);
+    const int *in_slot = r.in_slot, *out_slot = r.out_slot;
     void *init[16], *cpu[16], *g1[16], *g2[16];
-    size_t off[16], bytes[16], arena = 0;
+    size_t off[16], bytes[16] = {0}, arena = 0;
     for (int i = 0; i < r.n; i++) {
         bytes[i] = c->tensors[r.id[i]]->bytes;
         size_t nb = bytes[i] ? bytes[i] : 4;
@@ -470,28 +535,13 @@ static void check_op(delta_backend *be, const delta_ctx *c, const delta_op *op,
     }
     size_t ws_off = arena;
     arena += op->workspace + GPU_ALIGN;
-    for (int j = 0; j < op->n_in; j++) {
-        int s = in_slot[j];
-        if (vals) memcpy(init[s], vals[r.id[s]], bytes[s]);
-        else if (j == 0 || r.id[s] != r.id[in_slot[j - 1]])
-            fill_input(op, j, c->tensors[op->in[j]], init[s]);
-    }
-    /* outputs not read: the CPU starts from 0, the GPU from NaN, so an
-     * element the GPU kernel forgets cannot match */
-    for (int i = 0; i < r.n; i++)
-        if (!r.is_in[i]) memset(init[i], 0xff, bytes[i]);
+    /* outputs not read: the CPU starts from 0, the GPU from NaN */
+    op_inputs(c, op, &r, init, bytes, vals);
     void *ws = op->workspace ? delta_alloc_aligned(op->workspace) : NULL;
     delta_kargs k = {.op = op, .env = env, .ws = ws};
     for (int i = 0; i < r.n; i++)
         if (r.is_in[i]) memcpy(cpu[i], init[i], bytes[i]);
-    for (int j = 0; j < op->n_in; j++) {
-        k.in_t[j] = c->tensors[op->in[j]];
-        k.in[j] = cpu[in_slot[j]];
-    }
-    for (int j = 0; j < op->n_out; j++) {
-        k.out_t[j] = c->tensors[op->out[j]];
-        k.out[j] = cpu[out_slot[j]];
-    }
+    kargs_bind(&k, c, op, &r, cpu);
     delta_cpu_run(&k);
     delta_free_aligned(ws);
 
@@ -656,11 +706,144 @@ static void test_ops_match_cpu(void) {
     ops_match_cpu(be, false);
 }
 
-/* BF16: the cast bit for bit, matmul and linear on the tensor cores and
- * every widened op within RTOL_BF16, each run twice the same bits. */
+/* BF16: the cast and the bit_exact ops bit for bit, matmul and linear on
+ * the tensor cores and every other op within RTOL_BF16, each run twice
+ * the same bits. */
 static void test_bf16_ops_match_cpu(void) {
     NEED_GPU(be);
     ops_match_cpu(be, true);
+}
+
+#ifdef DELTA_HAVE_CUDA
+/* Uploads, runs and downloads of native_vs_widened, checked. */
+#define CU_CHECKED(call)                                                   \
+    do {                                                                   \
+        cudaError_t e_ = (call);                                           \
+        CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+/* Runs op on random inputs by its native BF16 route (delta_cuda_run: the
+ * kernel that takes BF16 itself, no workspace) and by the widened one
+ * (delta_cu_run_widened with the same kernel: fp32 copies of the BF16
+ * operands in a workspace of the widened size, delta_widen_bytes_of each
+ * as cost.c declared it for a widened op, then the op's own), on kc's
+ * stream; every output must be the same bits. Counts the op in *compared
+ * when it ran. */
+static void native_vs_widened(const delta_cuda_kctx *kc, const delta_ctx *c,
+                              const delta_op *op, const delta_kernel_env *env,
+                              int *compared) {
+    const op_roots r = op_roots_of(c, op);
+    void *init[16], *dev[16] = {NULL}, *got[2][16];
+    size_t bytes[16] = {0};
+    bool ok = true;
+    for (int i = 0; i < r.n; i++) {
+        bytes[i] = c->tensors[r.id[i]]->bytes;
+        size_t nb = bytes[i] ? bytes[i] : 4;
+        init[i] = calloc(1, nb);
+        got[0][i] = calloc(1, nb);
+        got[1][i] = calloc(1, nb);
+        ok &= cudaMalloc(&dev[i], nb) == cudaSuccess;
+    }
+    op_inputs(c, op, &r, init, bytes, NULL);
+    size_t copies = 0;
+    for (int j = 0; j < op->n_in; j++)
+        copies += delta_widen_bytes_of(c->tensors[op->in[j]]);
+    for (int j = 0; j < op->n_out; j++)
+        copies += delta_widen_bytes_of(c->tensors[op->out[j]]);
+    delta_op wop = *op;
+    wop.workspace = copies + op->workspace;
+    void *ws = NULL;
+    ok &= cudaMalloc(&ws, wop.workspace ? wop.workspace : 4) == cudaSuccess;
+    CHECK(ok, "op %d %s: device buffers", op->id, op->name);
+    for (int route = 0; ok && route < 2; route++) {
+        delta_kargs k = {.op = route ? &wop : op, .env = env,
+                         .ws = route ? ws : NULL};
+        for (int i = 0; i < r.n; i++)
+            CU_CHECKED(cudaMemcpy(dev[i], init[i], bytes[i],
+                                  cudaMemcpyHostToDevice));
+        kargs_bind(&k, c, op, &r, dev);
+        if (route == 0)
+            delta_cuda_run(kc, &k);
+        else
+            delta_cu_run_widened(kc, &k, delta_cuda_kernel_of(op->type));
+        CU_CHECKED(cudaGetLastError());
+        CU_CHECKED(cudaStreamSynchronize(kc->stream));
+        for (int i = 0; i < r.n; i++)
+            CU_CHECKED(cudaMemcpy(got[route][i], dev[i], bytes[i],
+                                  cudaMemcpyDeviceToHost));
+    }
+    for (int j = 0; ok && j < op->n_out; j++) {
+        int s = r.out_slot[j];
+        if (j > 0 && s == r.out_slot[j - 1]) continue;
+        const delta_tensor *t = c->tensors[op->out[j]];
+        size_t es = delta_dtype_size(t->dtype);
+        int64_t first = -1;
+        for (int64_t i = 0; first < 0 && i < t->numel; i++)
+            if (memcmp((char *)got[0][s] + i * es, (char *)got[1][s] + i * es,
+                       es))
+                first = i;
+        CHECK(first < 0, "op %d %s (%s, %s) output %d (%s): element %lld "
+              "native %.9g, widened %.9g", op->id, op->name,
+              delta_op_type_name(op->type), env->training ? "train" : "eval",
+              j, delta_dtype_name(t->dtype), (long long)first,
+              first < 0 ? 0.0 : elem(got[0][s], t->dtype, first),
+              first < 0 ? 0.0 : elem(got[1][s], t->dtype, first));
+    }
+    if (ok) compared[op->type]++;
+    cudaFree(ws);
+    for (int i = 0; i < r.n; i++) {
+        cudaFree(dev[i]);
+        free(init[i]);
+        free(got[0][i]);
+        free(got[1][i]);
+    }
+}
+#endif
+
+/* Every op of the BF16 programs whose CUDA kernel takes BF16 itself
+ * (delta_cuda_bf16_generic) gives, on the GPU, the bits of its widened
+ * form: the F32 kernel on exact fp32 copies, each output rounded once, as
+ * these ops ran before. Batch norm and dropout in training and eval. */
+static void test_bf16_native_matches_widened(void) {
+    NEED_GPU(be);
+#ifdef DELTA_HAVE_CUDA
+    delta_cuda_kctx kc = {0};
+    kc.scratch_bytes = DELTA_CUDA_SCRATCH_BYTES;
+    if (cudaStreamCreate(&kc.stream) != cudaSuccess ||
+        cudaMalloc(&kc.scratch, kc.scratch_bytes) != cudaSuccess) {
+        CHECK(false, "a stream and a scratch buffer");
+        return;
+    }
+    int n, compared[DELTA_OP_TYPE_COUNT] = {0};
+    delta_ctx **cs = op_programs_of(true, &n);
+    test_rng_seed(7);
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < cs[p]->n_ops; i++) {
+            const delta_op *op = &cs[p]->ops[i];
+            if (!has_bf16(cs[p], op) || !delta_cuda_bf16_generic(op->type))
+                continue;
+            delta_kernel_env train = {cs[p]->seed, 1, true, NULL};
+            native_vs_widened(&kc, cs[p], op, &train, compared);
+            if (op->type == DELTA_OP_BATCHNORM ||
+                op->type == DELTA_OP_DROPOUT ||
+                op->type == DELTA_OP_DROPOUT_BWD) {
+                delta_kernel_env eval = {cs[p]->seed, 1, false, NULL};
+                native_vs_widened(&kc, cs[p], op, &eval, compared);
+            }
+        }
+    printf("  compared (native vs widened, bit for bit):");
+    for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
+        if (compared[t])
+            printf(" %s %d", delta_op_type_name((delta_op_type)t), compared[t]);
+    printf("\n");
+    for (size_t i = 0; i < N_BF16_MET; i++)
+        if (delta_cuda_bf16_generic(bf16_met[i]))
+            CHECK(compared[bf16_met[i]] > 0, "no BF16 %s op compared",
+                  delta_op_type_name(bf16_met[i]));
+    free_programs(cs, n);
+    cudaFree(kc.scratch);
+    cudaStreamDestroy(kc.stream);
+#endif
 }
 
 /* A CPU run of mc's whole program, op by op, each op also run on the GPU
@@ -1201,6 +1384,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_ops_match_cpu_on_training_data);
     TEST_RUN(test_session_is_its_ops);
     TEST_RUN(test_bf16_ops_match_cpu);
+    TEST_RUN(test_bf16_native_matches_widened);
     TEST_RUN(test_bf16_ops_match_cpu_on_training_data);
     TEST_RUN(test_bf16_session_is_its_ops);
     TEST_RUN(test_fused_batchnorm_is_its_chain);

@@ -1,7 +1,8 @@
 /* BF16 on the GPU (mixed precision, docs/KERNELS.md and docs/CUDA.md): the
- * cast, the widening of ops that have no native BF16 kernel, and the BF16
- * GEMM behind matmul and linear on the tensor cores. The CUDA side of
- * src/backend/cpu/k_bf16.c, rule for rule:
+ * cast, the widening of ops that have no native BF16 kernel (the
+ * convolution family; the other ops' kernels take BF16 themselves:
+ * cu_bf16_route.h), and the BF16 GEMM behind matmul and linear on the
+ * tensor cores. The CUDA side of src/backend/cpu/k_bf16.c, rule for rule:
  *
  *  - Conversions are src/core/bf16.h's, compiled for the device: widening
  *    is exact, narrowing rounds to nearest even (NaN stays a quiet NaN of

@@ -1,11 +1,13 @@
 /* Launch helpers shared by the .cu files: grid-stride loops over int64
- * element counts, and the fixed-order block reductions every reduction
+ * element counts, the fixed-order block reductions every reduction
  * kernel uses (a shared-memory tree over a power-of-two block, always the
- * same pairs in the same order, so the result depends on the data only). */
+ * same pairs in the same order, so the result depends on the data only),
+ * and the element access that lets one kernel body serve F32 and BF16. */
 #ifndef DELTA_CU_COMMON_CUH
 #define DELTA_CU_COMMON_CUH
 
 #include "backend/cuda/cuda_kernels.h"
+#include "core/bf16.h"
 
 #define CU_THREADS 256
 #define CU_MAX_BLOCKS 65535
@@ -60,5 +62,49 @@ __device__ static inline float cu_block_max(float v, float *buf) {
     __syncthreads();
     return r;
 }
+
+/* ---- F32 and BF16 from one kernel body ------------------------------------
+ * A kernel templated on the element type T of its tensor operands is
+ * instantiated for float (F32) and uint16_t (BF16, src/core/bf16.h's
+ * storage). It reads element i as a float with cu_ld (a BF16 one widened
+ * exactly) and stores a float result with cu_st (rounded once, to nearest
+ * even, into a BF16 output), and computes in fp32 in between: for float
+ * these are plain loads and stores (the F32 kernel's own bits), for BF16
+ * exactly what the F32 kernel computes on widened copies of the operands,
+ * rounded (the widening route of cu_bf16.cu), without the copies. */
+__device__ static inline float cu_ld(const float *p, int64_t i) {
+    return p[i];
+}
+__device__ static inline float cu_ld(const uint16_t *p, int64_t i) {
+    return delta_bf16_to_f32(p[i]);
+}
+__device__ static inline void cu_st(float *p, int64_t i, float v) {
+    p[i] = v;
+}
+__device__ static inline void cu_st(uint16_t *p, int64_t i, float v) {
+    p[i] = delta_f32_to_bf16(v);
+}
+
+/* Calls f(T()) with T the element type of a float tensor of dtype dt:
+ * float for F32, uint16_t for BF16 (CU_WITH_T below names it T). what
+ * names the op for the message. */
+template <typename F>
+static inline void cu_by_dtype(delta_dtype dt, const delta_op *what, F &&f) {
+    if (dt == DELTA_BF16) {
+        f(uint16_t());
+        return;
+    }
+    DELTA_ASSERTF(dt == DELTA_F32, "op %d (%s): a float kernel on %s",
+                  what->id, what->name, delta_dtype_name(dt));
+    f(float());
+}
+
+/* Runs the statements ... with T the element type of tensor t (op's). */
+#define CU_WITH_T(t, op, ...)                                               \
+    cu_by_dtype((t)->dtype, (op), [&](auto z_) {                            \
+        using T = decltype(z_);                                             \
+        (void)z_;                                                           \
+        __VA_ARGS__;                                                        \
+    })
 
 #endif

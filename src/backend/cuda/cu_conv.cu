@@ -22,10 +22,8 @@ typedef struct cgeom {
     int64_t st, pad, crs, pq, hw;
 } cgeom;
 
-static cgeom cgeom_of(const delta_kargs *k, const int64_t *xs,
-                      const int64_t *ws) {
-    delta_conv_geom g = delta_conv_geom_of(xs, ws, k->op->a.stride,
-                                           k->op->a.pad);
+static cgeom cgeom_of(const delta_kargs *k) {
+    delta_conv_dims g = delta_conv_dims_of(k->op, k->in_t, k->out_t);
     cgeom G;
     G.n = g.n; G.c = g.c; G.h = g.h; G.w = g.w;
     G.k = g.k; G.r = g.r; G.s = g.s; G.p = g.p; G.q = g.q;
@@ -39,12 +37,11 @@ static cgeom cgeom_of(const delta_kargs *k, const int64_t *xs,
 /* cuDNN first (a deterministic algorithm within the op's workspace),
  * when the backend found it; false: lower it here. */
 static bool try_cudnn(const delta_cuda_kctx *c, const delta_kargs *k,
-                      const cgeom *g, const float *a, const float *b,
-                      float *out) {
+                      const void *a, const void *b, void *out, float beta) {
     if (!c->dnn) return false;
-    delta_conv_dims d = {g->n, g->c, g->h, g->w, g->k,
-                         g->r, g->s, g->st, g->pad};
-    return delta_cudnn_conv(c->dnn, k->op->type, &d, a, b, out, k->ws,
+    delta_conv_dims d = delta_conv_dims_of(k->op, k->in_t, k->out_t);
+    return delta_cudnn_conv(c->dnn, k->op->type, &d, k->out_t[0]->dtype, a,
+                            b, out, beta, k->ws,
                             k->ws ? k->op->workspace : 0);
 }
 
@@ -197,7 +194,7 @@ __global__ static void plane_bias_k(float *y, const float *bias, int64_t k,
 /* ---- the ops ------------------------------------------------------------- */
 
 void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const cgeom g = cgeom_of(k, k->in_t[0]->shape, k->in_t[1]->shape);
+    const cgeom g = cgeom_of(k);
     const float *x = (const float *)k->in[0], *w = (const float *)k->in[1];
     const float *bias = k->op->n_in > 2 ? (const float *)k->in[2] : NULL;
     float *y = (float *)k->out[0], *col = (float *)k->ws;
@@ -208,7 +205,7 @@ void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k) {
         return;
     }
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
-    if (try_cudnn(c, k, &g, x, w, y)) {
+    if (try_cudnn(c, k, x, w, y, 0.0f)) {
         /* done by cuDNN */
     } else if (pointwise(&g)) {
         delta_cu_gemm(c, false, false, g.k, g.pq, g.c, 1.0f, w, g.c, 0, x,
@@ -235,7 +232,7 @@ void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k) {
 
 void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k) {
     /* ins: dy (N,K,P,Q), w (K,C,R,S); outs: dx (N,C,H,W) */
-    const cgeom g = cgeom_of(k, k->out_t[0]->shape, k->in_t[1]->shape);
+    const cgeom g = cgeom_of(k);
     const float *dy = (const float *)k->in[0], *w = (const float *)k->in[1];
     float *dx = (float *)k->out[0], *col = (float *)k->ws;
     const int64_t total = g.n * g.c * g.hw;
@@ -244,7 +241,7 @@ void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k) {
         cudaMemsetAsync(dx, 0, (size_t)total * sizeof(float), c->stream);
         return;
     }
-    if (try_cudnn(c, k, &g, dy, w, dx)) return;
+    if (try_cudnn(c, k, dy, w, dx, 0.0f)) return;
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
     if (pointwise(&g)) {
         delta_cu_gemm(c, true, false, g.c, g.pq, g.k, 1.0f, w, g.c, 0, dy,
@@ -271,7 +268,7 @@ void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k) {
 
 void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k) {
     /* ins: x (N,C,H,W), dy (N,K,P,Q); outs: dw (K,C,R,S) */
-    const cgeom g = cgeom_of(k, k->in_t[0]->shape, k->out_t[0]->shape);
+    const cgeom g = cgeom_of(k);
     const float *x = (const float *)k->in[0], *dy = (const float *)k->in[1];
     float *dw = (float *)k->out[0], *col = (float *)k->ws;
     if (g.k == 0 || g.crs == 0) return;
@@ -280,7 +277,7 @@ void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k) {
                         c->stream);
         return;
     }
-    if (try_cudnn(c, k, &g, x, dy, dw)) return;
+    if (try_cudnn(c, k, x, dy, dw, 0.0f)) return;
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
     float beta = 0.0f; /* the first product overwrites dw, later ones add */
     if (pointwise(&g)) {
@@ -307,6 +304,48 @@ void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k) {
                               1);
         }
     }
+}
+
+/* ---- BF16 (mixed precision) ---------------------------------------------- */
+
+/* y[e] = bias[channel of e], BF16 (the prefill conv2d's cuDNN call adds
+ * to with beta = 1, so the bias joins the fp32 sum before its one
+ * rounding, as on the CPU). */
+__global__ static void plane_bias_bf16_k(uint16_t *y, const uint16_t *bias,
+                                         int64_t k, int64_t pq,
+                                         int64_t total) {
+    CU_FOR(e, total) y[e] = bias[(e / pq) % k];
+}
+
+/* A BF16 convolution runs on its BF16 operands through cuDNN (tensor
+ * cores, fp32 sums, one rounding per output) over the op's whole declared
+ * workspace: the fp32 copies the graph declares for the CPU's widening
+ * (delta_op_widens_bf16) are not made, so their bytes are cuDNN's too, and
+ * cu_fit_program timed the choice for all of it. Without cuDNN, without a
+ * qualifying algorithm, or for empty shapes, the fp32 kernel runs on
+ * widened copies as on the CPU (the declared workspace has room for
+ * them). The route depends only on the shape and the declared workspace,
+ * never on where tensors lie, so every policy runs keep's. */
+void delta_cu_conv_bf16(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const delta_op_type t = k->op->type;
+    const cgeom g = cgeom_of(k);
+    const bool bias = t == DELTA_OP_CONV2D && k->op->n_in > 2;
+    bool same = k->in_t[0]->dtype == DELTA_BF16 &&
+                k->in_t[1]->dtype == DELTA_BF16 &&
+                k->out_t[0]->dtype == DELTA_BF16 &&
+                (!bias || k->in_t[2]->dtype == DELTA_BF16);
+    if (c->dnn && same && g.n > 0 && g.c > 0 && g.k > 0 && g.pq > 0) {
+        const void *a = k->in[0], *b = k->in[1];
+        void *out = k->out[0];
+        if (bias)
+            CU_LAUNCH(plane_bias_bf16_k, c, g.n * g.k * g.pq,
+                      (uint16_t *)out, (const uint16_t *)k->in[2], g.k, g.pq,
+                      g.n * g.k * g.pq);
+        if (try_cudnn(c, k, a, b, out, bias ? 1.0f : 0.0f)) return;
+    }
+    delta_cu_run_widened(c, k, t == DELTA_OP_CONV2D      ? delta_cu_conv2d
+                               : t == DELTA_OP_CONV2D_DX ? delta_cu_conv2d_dx
+                                                         : delta_cu_conv2d_dw);
 }
 
 /* One block per output channel: Σ over images and pixels, in double. */

@@ -1,5 +1,6 @@
 /* Maps each op type to its CUDA kernel (the table of src/backend/cpu/
  * dispatch.c, op for op), and the device-side memmove. */
+#include "backend/cuda/cu_bf16_route.h"
 #include "backend/cuda/cu_common.cuh"
 
 typedef void (*cu_kernel_fn)(const delta_cuda_kctx *c, const delta_kargs *k);
@@ -69,12 +70,15 @@ static_assert(DELTA_OP_RESHAPE == 18 && DELTA_OP_SUM_LEADING == 23 &&
                   DELTA_OP_ALLGATHER == 47 && DELTA_OP_CLIP_COEF == 49,
               "delta_op_type changed order: update the CUDA dispatch table");
 
-/* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes, as
- * on the CPU (src/backend/cpu/dispatch.c), to its native BF16 kernel where
- * the type has one (matmul and linear on the tensor cores; the cast is in
- * the table), else through the widening wrapper where
- * delta_op_widens_bf16 says so, and stops otherwise rather than compute
- * on the wrong element size. */
+/* An op with a BF16 operand (mixed precision, docs/KERNELS.md) goes to its
+ * native BF16 kernel where the type has one: matmul and linear on the
+ * tensor cores, the convolutions through cuDNN on the BF16 operands
+ * (delta_cu_conv_bf16, which widens itself when cuDNN cannot), the
+ * table's kernel itself where it is one body for F32 and BF16
+ * (delta_cuda_bf16_generic; the cast is also in the table); else, as on
+ * the CPU (src/backend/cpu/dispatch.c), through the widening wrapper where
+ * delta_op_widens_bf16 says so (bias_grad_nchw), and stops otherwise
+ * rather than compute on the wrong element size. */
 void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
     DELTA_ASSERT((unsigned)k->op->type < DELTA_OP_TYPE_COUNT);
     DELTA_ASSERTF(!delta_op_is_collective(k->op->type), "op %d (%s) is a "
@@ -87,7 +91,11 @@ void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
             fn = delta_cu_matmul_bf16;
         } else if (k->op->type == DELTA_OP_LINEAR) {
             fn = delta_cu_linear_bf16;
-        } else {
+        } else if (k->op->type == DELTA_OP_CONV2D ||
+                   k->op->type == DELTA_OP_CONV2D_DX ||
+                   k->op->type == DELTA_OP_CONV2D_DW) {
+            fn = delta_cu_conv_bf16;
+        } else if (!delta_cuda_bf16_generic(k->op->type)) {
             DELTA_ASSERTF(delta_op_widens_bf16(k->op->type),
                           "op %d (%s, %s) has a BF16 operand and no BF16 "
                           "route on the CUDA backend", k->op->id, k->op->name,
@@ -97,6 +105,11 @@ void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
         }
     }
     fn(c, k);
+}
+
+delta_cu_kernel_fn delta_cuda_kernel_of(delta_op_type t) {
+    DELTA_ASSERT((unsigned)t < DELTA_OP_TYPE_COUNT);
+    return kernels[t];
 }
 
 /* cudaMemcpy may not overlap: an overlapping move goes in pieces of at

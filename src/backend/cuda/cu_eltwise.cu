@@ -5,7 +5,9 @@
  * the CPU's wherever the math library does (relu, add, mul, scale, dropout
  * bit for bit; tanh/erf/exp within an ulp or two). The dropout mask is the
  * CPU's (delta_dropout_key + delta_rng_uniform from core/rng.h, compiled
- * for both), so forward, backward and recomputation draw the same bits. */
+ * for both), so forward, backward and recomputation draw the same bits.
+ * All but sum and broadcast (F32 only) are templated on the element type:
+ * F32 or BF16 (cu_common.cuh). */
 #include "backend/cuda/cu_common.cuh"
 #include "core/rng.h"
 
@@ -14,61 +16,74 @@
 #define GELU_RSQRT2 0.7071067811865476f
 #define GELU_RSQRT2PI 0.3989422804014327f
 
-__global__ static void relu_k(const float *x, float *y, int64_t n) {
-    CU_FOR(i, n) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-}
-__global__ static void relu_bwd_k(const float *y, const float *dy, float *dx,
-                                  int64_t n) {
-    CU_FOR(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-}
-__global__ static void gelu_k(const float *x, float *y, int64_t n, int erf_form) {
+/* Each kernel on T elements (cu_common.cuh: float for F32, uint16_t for
+ * BF16, computed in fp32). */
+template <typename T>
+__global__ static void relu_k(const T *x, T *y, int64_t n) {
     CU_FOR(i, n) {
-        float v = x[i];
+        float v = cu_ld(x, i);
+        cu_st(y, i, v < 0.0f ? 0.0f : v);
+    }
+}
+template <typename T>
+__global__ static void relu_bwd_k(const T *y, const T *dy, T *dx, int64_t n) {
+    CU_FOR(i, n) cu_st(dx, i, cu_ld(y, i) > 0.0f ? cu_ld(dy, i) : 0.0f);
+}
+template <typename T>
+__global__ static void gelu_k(const T *x, T *y, int64_t n, int erf_form) {
+    CU_FOR(i, n) {
+        float v = cu_ld(x, i);
         if (erf_form) {
-            y[i] = 0.5f * v * (1.0f + erff(v * GELU_RSQRT2));
+            cu_st(y, i, 0.5f * v * (1.0f + erff(v * GELU_RSQRT2)));
         } else {
             float u = GELU_C * (v + GELU_K * v * v * v);
-            y[i] = 0.5f * v * (1.0f + tanhf(u));
+            cu_st(y, i, 0.5f * v * (1.0f + tanhf(u)));
         }
     }
 }
-__global__ static void gelu_bwd_k(const float *x, const float *dy, float *dx,
-                                  int64_t n, int erf_form) {
+template <typename T>
+__global__ static void gelu_bwd_k(const T *x, const T *dy, T *dx, int64_t n,
+                                  int erf_form) {
     CU_FOR(i, n) {
-        float v = x[i];
+        float v = cu_ld(x, i);
         if (erf_form) {
             float cdf = 0.5f * (1.0f + erff(v * GELU_RSQRT2));
             float pdf = GELU_RSQRT2PI * expf(-0.5f * v * v);
-            dx[i] = dy[i] * (cdf + v * pdf);
+            cu_st(dx, i, cu_ld(dy, i) * (cdf + v * pdf));
         } else {
             float t = tanhf(GELU_C * (v + GELU_K * v * v * v));
             float du = GELU_C * (1.0f + 3.0f * GELU_K * v * v);
             float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
-            dx[i] = dy[i] * d;
+            cu_st(dx, i, cu_ld(dy, i) * d);
         }
     }
 }
-__global__ static void add_k(const float *a, const float *b, float *y,
-                             int64_t n, int64_t bn) {
-    CU_FOR(i, n) y[i] = a[i] + b[bn == n ? i : i % bn];
+template <typename T>
+__global__ static void add_k(const T *a, const T *b, T *y, int64_t n,
+                             int64_t bn) {
+    CU_FOR(i, n) cu_st(y, i, cu_ld(a, i) + cu_ld(b, bn == n ? i : i % bn));
 }
-__global__ static void mul_k(const float *a, const float *b, float *y,
-                             int64_t n) {
-    CU_FOR(i, n) y[i] = a[i] * b[i];
+template <typename T>
+__global__ static void mul_k(const T *a, const T *b, T *y, int64_t n) {
+    CU_FOR(i, n) cu_st(y, i, cu_ld(a, i) * cu_ld(b, i));
 }
-__global__ static void scale_k(const float *x, float *y, float s, int64_t n) {
-    CU_FOR(i, n) y[i] = s * x[i];
+template <typename T>
+__global__ static void scale_k(const T *x, T *y, float s, int64_t n) {
+    CU_FOR(i, n) cu_st(y, i, s * cu_ld(x, i));
 }
-__global__ static void fill_k(float *y, float v, int64_t n) {
-    CU_FOR(i, n) y[i] = v;
+template <typename T> __global__ static void fill_k(T *y, float v, int64_t n) {
+    CU_FOR(i, n) cu_st(y, i, v);
 }
 __global__ static void broadcast_k(const float *v, float *y, int64_t n) {
     CU_FOR(i, n) y[i] = v[0];
 }
-__global__ static void dropout_k(const float *x, float *y, int64_t n,
-                                 uint64_t key, float p) {
+template <typename T>
+__global__ static void dropout_k(const T *x, T *y, int64_t n, uint64_t key,
+                                 float p) {
     float q = 1.0f - p;
-    CU_FOR(i, n) y[i] = delta_rng_uniform(key, (uint64_t)i) >= p ? x[i] / q : 0.0f;
+    CU_FOR(i, n)
+        cu_st(y, i, delta_rng_uniform(key, (uint64_t)i) >= p ? cu_ld(x, i) / q
+                                                             : 0.0f);
 }
 
 /* The CPU's split exactly (k_eltwise.c): SUM_CHUNKS element ranges, each
@@ -98,36 +113,40 @@ __global__ static void sum_k(const float *x, float *y, int64_t n) {
 
 static int64_t numel_out(const delta_kargs *k) { return k->out_t[0]->numel; }
 
+/* The launches below take T, the element type of the op's tensors, from
+ * its output's dtype (an op's float operands share one dtype). */
+#define BY_DTYPE(k, ...) CU_WITH_T((k)->out_t[0], (k)->op, __VA_ARGS__)
+
 void delta_cu_relu(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(relu_k, c, numel_out(k), (const float *)k->in[0],
-              (float *)k->out[0], numel_out(k));
+    BY_DTYPE(k, CU_LAUNCH(relu_k<T>, c, numel_out(k), (const T *)k->in[0],
+                          (T *)k->out[0], numel_out(k)));
 }
 void delta_cu_relu_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(relu_bwd_k, c, numel_out(k), (const float *)k->in[0],
-              (const float *)k->in[1], (float *)k->out[0], numel_out(k));
+    BY_DTYPE(k, CU_LAUNCH(relu_bwd_k<T>, c, numel_out(k), (const T *)k->in[0],
+                          (const T *)k->in[1], (T *)k->out[0], numel_out(k)));
 }
 void delta_cu_gelu(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(gelu_k, c, numel_out(k), (const float *)k->in[0],
-              (float *)k->out[0], numel_out(k), k->op->a.gelu_erf);
+    BY_DTYPE(k, CU_LAUNCH(gelu_k<T>, c, numel_out(k), (const T *)k->in[0],
+                          (T *)k->out[0], numel_out(k), k->op->a.gelu_erf));
 }
 void delta_cu_gelu_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(gelu_bwd_k, c, numel_out(k), (const float *)k->in[0],
-              (const float *)k->in[1], (float *)k->out[0], numel_out(k),
-              k->op->a.gelu_erf);
+    BY_DTYPE(k, CU_LAUNCH(gelu_bwd_k<T>, c, numel_out(k), (const T *)k->in[0],
+                          (const T *)k->in[1], (T *)k->out[0], numel_out(k),
+                          k->op->a.gelu_erf));
 }
 void delta_cu_add(const delta_cuda_kctx *c, const delta_kargs *k) {
     int64_t n = numel_out(k), bn = k->in_t[1]->numel;
     if (bn == 0) return;
-    CU_LAUNCH(add_k, c, n, (const float *)k->in[0], (const float *)k->in[1],
-              (float *)k->out[0], n, bn);
+    BY_DTYPE(k, CU_LAUNCH(add_k<T>, c, n, (const T *)k->in[0],
+                          (const T *)k->in[1], (T *)k->out[0], n, bn));
 }
 void delta_cu_mul(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(mul_k, c, numel_out(k), (const float *)k->in[0],
-              (const float *)k->in[1], (float *)k->out[0], numel_out(k));
+    BY_DTYPE(k, CU_LAUNCH(mul_k<T>, c, numel_out(k), (const T *)k->in[0],
+                          (const T *)k->in[1], (T *)k->out[0], numel_out(k)));
 }
 void delta_cu_scale(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(scale_k, c, numel_out(k), (const float *)k->in[0],
-              (float *)k->out[0], k->op->a.value, numel_out(k));
+    BY_DTYPE(k, CU_LAUNCH(scale_k<T>, c, numel_out(k), (const T *)k->in[0],
+                          (T *)k->out[0], k->op->a.value, numel_out(k)));
 }
 void delta_cu_sum(const delta_cuda_kctx *c, const delta_kargs *k) {
     sum_k<<<1, SUM_CHUNKS, 0, c->stream>>>((const float *)k->in[0],
@@ -135,8 +154,8 @@ void delta_cu_sum(const delta_cuda_kctx *c, const delta_kargs *k) {
                                            k->in_t[0]->numel);
 }
 void delta_cu_fill(const delta_cuda_kctx *c, const delta_kargs *k) {
-    CU_LAUNCH(fill_k, c, numel_out(k), (float *)k->out[0], k->op->a.value,
-              numel_out(k));
+    BY_DTYPE(k, CU_LAUNCH(fill_k<T>, c, numel_out(k), (T *)k->out[0],
+                          k->op->a.value, numel_out(k)));
 }
 void delta_cu_broadcast(const delta_cuda_kctx *c, const delta_kargs *k) {
     CU_LAUNCH(broadcast_k, c, numel_out(k), (const float *)k->in[0],
@@ -146,16 +165,16 @@ void delta_cu_broadcast(const delta_cuda_kctx *c, const delta_kargs *k) {
 static void dropout_apply(const delta_cuda_kctx *c, const delta_kargs *k,
                           int op_id) {
     int64_t n = numel_out(k);
-    const float *x = (const float *)k->in[0];
-    float *y = (float *)k->out[0];
-    if (!k->env->training) {
-        if (y != x && n)
-            cudaMemcpyAsync(y, x, (size_t)n * sizeof(float),
+    if (!k->env->training) { /* a copy, of either dtype */
+        if (k->out[0] != k->in[0] && n)
+            cudaMemcpyAsync(k->out[0], k->in[0],
+                            (size_t)n * delta_dtype_size(k->out_t[0]->dtype),
                             cudaMemcpyDeviceToDevice, c->stream);
         return;
     }
     uint64_t key = delta_dropout_key(k->env->seed, op_id, k->env->step);
-    CU_LAUNCH(dropout_k, c, n, x, y, n, key, k->op->a.p);
+    BY_DTYPE(k, CU_LAUNCH(dropout_k<T>, c, n, (const T *)k->in[0],
+                          (T *)k->out[0], n, key, k->op->a.p));
 }
 void delta_cu_dropout(const delta_cuda_kctx *c, const delta_kargs *k) {
     dropout_apply(c, k, delta_dropout_key_op(k->op));

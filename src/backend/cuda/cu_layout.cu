@@ -1,6 +1,7 @@
 /* Data movement on the GPU: embedding and its backward, transpose of two
  * dims, split and concat (semantics: src/backend/cpu/k_layout.c). All but
- * embedding_bwd are copies (bit-exact). embedding_bwd sorts the tokens by
+ * embedding_bwd are copies (bit-exact); transpose, split and concat move
+ * elements of their dtype's size, F32 or BF16. embedding_bwd sorts the tokens by
  * id (CUB's radix sort: stable, so each id's tokens stay in token order),
  * then gives each (id, column) one thread that adds that id's tokens'
  * gradients in token order from 0, exactly as the CPU does: bit-identical
@@ -114,9 +115,11 @@ void delta_cu_embedding_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
                                                    (int)n, (int)v, d);
 }
 
-/* x viewed as (A, M, Bm, N, C) -> y (A, N, Bm, M, C), 4-byte elements;
- * one thread per output element. */
-__global__ static void transpose_k(const uint32_t *x, uint32_t *y, int64_t a,
+/* x viewed as (A, M, Bm, N, C) -> y (A, N, Bm, M, C), elements of E's
+ * size (uint32_t: F32, uint16_t: BF16, moved as bits); one thread per
+ * output element. */
+template <typename E>
+__global__ static void transpose_k(const E *x, E *y, int64_t a,
                                    int64_t m, int64_t bm, int64_t n,
                                    int64_t c) {
     CU_FOR(o, a * n * bm * m * c) {
@@ -134,13 +137,21 @@ void delta_cu_transpose(const delta_cuda_kctx *c, const delta_kargs *k) {
     const delta_tensor *xt = k->in_t[0];
     int d0 = k->op->a.dim, d1 = k->op->a.dim1;
     DELTA_ASSERT(0 <= d0 && d0 < d1 && d1 < xt->ndim);
-    DELTA_ASSERT(delta_dtype_size(xt->dtype) == 4);
+    const size_t es = delta_dtype_size(xt->dtype);
+    DELTA_ASSERTF(es == 4 || es == 2, "transpose op %d: %zu-byte elements",
+                  k->op->id, es);
     int64_t a = 1, m = xt->shape[d0], bm = 1, n = xt->shape[d1], cc = 1;
     for (int i = 0; i < d0; i++) a *= xt->shape[i];
     for (int i = d0 + 1; i < d1; i++) bm *= xt->shape[i];
     for (int i = d1 + 1; i < xt->ndim; i++) cc *= xt->shape[i];
-    CU_LAUNCH(transpose_k, c, xt->numel, (const uint32_t *)k->in[0],
-              (uint32_t *)k->out[0], a, m, bm, n, cc);
+    if (es == 4)
+        CU_LAUNCH(transpose_k<uint32_t>, c, xt->numel,
+                  (const uint32_t *)k->in[0], (uint32_t *)k->out[0], a, m, bm,
+                  n, cc);
+    else
+        CU_LAUNCH(transpose_k<uint16_t>, c, xt->numel,
+                  (const uint16_t *)k->in[0], (uint16_t *)k->out[0], a, m, bm,
+                  n, cc);
 }
 
 /* Whole (outer, sum of parts, inner) <-> parts (outer, part_i, inner): one

@@ -1,8 +1,8 @@
 /* Matrix products on the GPU: matmul and linear through cuBLAS (fp32,
  * default math mode: no TF32, no atomics, the handle's own fixed workspace,
  * so a product is the same bits every run on the same GPU), linear's bias
- * add, and sum_leading (linear's bias gradient) as a fixed-order column
- * reduction.
+ * add, and sum_leading (linear's bias gradient; F32 or BF16) as a
+ * fixed-order column reduction.
  *
  * cuBLAS is column-major. A row-major M x N matrix with row stride ld is,
  * read column-major, its N x M transpose with leading dimension ld, so the
@@ -65,20 +65,21 @@ void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k) {
                   out);
 }
 
-/* y[j] = sum over rows r of x[r * s + j], in double. A block owns
+/* y[j] = sum over rows r of x[r * s + j], in double, rounded once to T
+ * (F32 or BF16). A block owns
  * COLS_PER_BLOCK adjacent columns (threadIdx.x, coalesced) and splits the
  * rows over ROW_LANES lanes (threadIdx.y: rows y, y + lanes, ...), each
  * lane summing in row order; the lanes are then added in a fixed tree. */
 #define COLS_PER_BLOCK 32
 #define ROW_LANES 16
-__global__ static void col_sum_k(const float *x, float *y, int64_t rows,
-                                 int64_t s) {
+template <typename T>
+__global__ static void col_sum_k(const T *x, T *y, int64_t rows, int64_t s) {
     __shared__ double part[ROW_LANES][COLS_PER_BLOCK];
     int64_t j = (int64_t)blockIdx.x * COLS_PER_BLOCK + threadIdx.x;
     double acc = 0.0;
     if (j < s)
         for (int64_t r = threadIdx.y; r < rows; r += ROW_LANES)
-            acc += (double)x[r * s + j];
+            acc += (double)cu_ld(x, r * s + j);
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     for (int h = ROW_LANES / 2; h > 0; h >>= 1) {
@@ -86,7 +87,7 @@ __global__ static void col_sum_k(const float *x, float *y, int64_t rows,
             part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
         __syncthreads();
     }
-    if (threadIdx.y == 0 && j < s) y[j] = (float)part[0][threadIdx.x];
+    if (threadIdx.y == 0 && j < s) cu_st(y, j, (float)part[0][threadIdx.x]);
 }
 
 void delta_cu_sum_leading(const delta_cuda_kctx *c, const delta_kargs *k) {
@@ -95,6 +96,7 @@ void delta_cu_sum_leading(const delta_cuda_kctx *c, const delta_kargs *k) {
     int64_t rows = k->in_t[0]->numel / s;
     dim3 block(COLS_PER_BLOCK, ROW_LANES);
     unsigned grid = (unsigned)((s + COLS_PER_BLOCK - 1) / COLS_PER_BLOCK);
-    col_sum_k<<<grid, block, 0, c->stream>>>((const float *)k->in[0],
-                                             (float *)k->out[0], rows, s);
+    CU_WITH_T(k->out_t[0], k->op,
+              col_sum_k<T><<<grid, block, 0, c->stream>>>(
+                  (const T *)k->in[0], (T *)k->out[0], rows, s));
 }

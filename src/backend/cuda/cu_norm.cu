@@ -4,7 +4,9 @@
  * of src/backend/cpu/k_norm.c; every reduction is in double and in an
  * order fixed by the shape alone, so a run is reproducible bit for bit on
  * any GPU. The order differs from the CPU's, so results agree with it to
- * rounding.
+ * rounding. Batch norm and layer norm (not the fused forms) take x and dy
+ * and give y and dx in F32 or BF16 (one templated body, cu_common.cuh);
+ * parameters, statistics and their gradients are F32.
  *
  * Batch norm is memory-bound: it streams x (and dy) two or three times and
  * does a few flops per element. Channel c's count = N·hw elements are cut
@@ -90,32 +92,57 @@ template <typename I> struct bn_cursor {
     }
 };
 
-template <int V>
-__device__ static inline void bn_ld(const float *p, bool vec, float *o) {
-    if constexpr (V == 4) {
-        if (vec) {
-            float4 q = *reinterpret_cast<const float4 *>(p);
-            o[0] = q.x;
-            o[1] = q.y;
-            o[2] = q.z;
-            o[3] = q.w;
-            return;
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < V; j++) o[j] = p[j];
+/* Four consecutive elements in one access (p aligned to four elements:
+ * float4 for F32, uint2 for BF16, element 0 in the low half). */
+__device__ static inline void bn_ld4(const float *p, float *o) {
+    float4 q = *reinterpret_cast<const float4 *>(p);
+    o[0] = q.x;
+    o[1] = q.y;
+    o[2] = q.z;
+    o[3] = q.w;
+}
+__device__ static inline void bn_ld4(const uint16_t *p, float *o) {
+    uint2 q = *reinterpret_cast<const uint2 *>(p);
+    o[0] = delta_bf16_to_f32((uint16_t)(q.x & 0xFFFFu));
+    o[1] = delta_bf16_to_f32((uint16_t)(q.x >> 16));
+    o[2] = delta_bf16_to_f32((uint16_t)(q.y & 0xFFFFu));
+    o[3] = delta_bf16_to_f32((uint16_t)(q.y >> 16));
+}
+__device__ static inline void bn_st4(float *p, const float *o) {
+    *reinterpret_cast<float4 *>(p) = make_float4(o[0], o[1], o[2], o[3]);
+}
+__device__ static inline void bn_st4(uint16_t *p, const float *o) {
+    uint2 q;
+    q.x = (uint32_t)delta_f32_to_bf16(o[0]) |
+          (uint32_t)delta_f32_to_bf16(o[1]) << 16;
+    q.y = (uint32_t)delta_f32_to_bf16(o[2]) |
+          (uint32_t)delta_f32_to_bf16(o[3]) << 16;
+    *reinterpret_cast<uint2 *>(p) = q;
 }
 
-template <int V>
-__device__ static inline void bn_st(float *p, bool vec, const float *o) {
+/* V elements of type T (F32 or BF16) from p as floats, and back. */
+template <int V, typename T>
+__device__ static inline void bn_ld(const T *p, bool vec, float *o) {
     if constexpr (V == 4) {
         if (vec) {
-            *reinterpret_cast<float4 *>(p) = make_float4(o[0], o[1], o[2], o[3]);
+            bn_ld4(p, o);
             return;
         }
     }
 #pragma unroll
-    for (int j = 0; j < V; j++) p[j] = o[j];
+    for (int j = 0; j < V; j++) o[j] = cu_ld(p, j);
+}
+
+template <int V, typename T>
+__device__ static inline void bn_st(T *p, bool vec, const float *o) {
+    if constexpr (V == 4) {
+        if (vec) {
+            bn_st4(p, o);
+            return;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; j++) cu_st(p, j, o[j]);
 }
 
 /* This block's channel (global and within the launch) and chunk [e0, e1). */
@@ -136,10 +163,10 @@ template <typename I> struct bn_block {
  * src[s] at every step (all loads in flight together), then calls f(off, v)
  * per step in order: off the step's element offset, v[s][j] the values (f
  * may overwrite them, e.g. to store them). */
-template <int NIN, typename I, int V, typename F>
+template <int NIN, typename I, int V, typename T, typename F>
 __device__ static inline void bn_walk(const bn_geo<I, V> &g,
                                       const bn_block<I> &bk,
-                                      const float *const *src, F &&f) {
+                                      const T *const *src, F &&f) {
     const I step = (I)BN_THREADS * V;
     I e = bk.e0 + (I)threadIdx.x * V;
     if (e >= bk.e1) return;
@@ -167,13 +194,14 @@ __device__ static inline void bn_walk(const bn_geo<I, V> &g,
 /* Forward partials: the chunk's mean and M2 = Σ (x - mean)², from sums of
  * d = x - x[e0] (shifted by a value of the chunk, the sums lose nothing
  * that matters in double; M2 is clamped at 0 against rounding). */
-template <typename I, int V>
+template <typename I, int V, typename T>
 __global__ static void __launch_bounds__(BN_THREADS)
-    bn_stats_k(const float *x, bn_geo<I, V> g, double *part) {
+    bn_stats_k(const T *x, bn_geo<I, V> g, double *part) {
     __shared__ double buf[BN_THREADS];
     const bn_block<I> bk(g);
-    const double k0 = x[(bk.e0 / g.hw * g.c + bk.c) * g.hw + bk.e0 % g.hw];
-    const float *const src[] = {x};
+    const double k0 =
+        cu_ld(x, (bk.e0 / g.hw * g.c + bk.c) * g.hw + bk.e0 % g.hw);
+    const T *const src[] = {x};
     double s1 = 0, s2 = 0;
     bn_walk<1>(g, bk, src, [&](I, float(&v)[1][V]) {
 #pragma unroll
@@ -252,13 +280,13 @@ __device__ static inline float bn_out(const float (&v)[NIN][V], int j,
     return y;
 }
 
-template <int EPI, typename I, int V>
+template <int EPI, typename I, int V, typename T>
 __global__ static void __launch_bounds__(BN_THREADS)
-    bn_apply_k(const float *x, const float *r, float *y, bn_geo<I, V> g,
+    bn_apply_k(const T *x, const T *r, T *y, bn_geo<I, V> g,
                const float *coef) {
     const bn_block<I> bk(g);
     const float sc = coef[2 * bk.cl], sh = coef[2 * bk.cl + 1];
-    const float *const src[] = {x, r};
+    const T *const src[] = {x, r};
     constexpr int NIN = EPI == BN_ADD_RELU ? 2 : 1;
     bn_walk<NIN>(g, bk, src, [&](I off, float(&v)[NIN][V]) {
         float o[V];
@@ -269,14 +297,14 @@ __global__ static void __launch_bounds__(BN_THREADS)
 }
 
 /* Backward partials: the chunk's Σdy and Σdy(x - mean). */
-template <typename I, int V>
+template <typename I, int V, typename T>
 __global__ static void __launch_bounds__(BN_THREADS)
-    bn_bwd_stats_k(const float *x, const float *dy, const float *mean,
+    bn_bwd_stats_k(const T *x, const T *dy, const float *mean,
                    bn_geo<I, V> g, double *part) {
     __shared__ double buf[BN_THREADS];
     const bn_block<I> bk(g);
     const double m = mean[bk.c];
-    const float *const src[] = {x, dy};
+    const T *const src[] = {x, dy};
     double a1 = 0, a2 = 0;
     bn_walk<2>(g, bk, src, [&](I, float(&v)[2][V]) {
 #pragma unroll
@@ -325,14 +353,14 @@ __global__ static void bn_bwd_merge_k(const double *part, int64_t p,
 }
 
 /* dx = a·dy + b·(x - mean) + e */
-template <typename I, int V>
+template <typename I, int V, typename T>
 __global__ static void __launch_bounds__(BN_THREADS)
-    bn_bwd_apply_k(const float *x, const float *dy, float *dx, bn_geo<I, V> g,
+    bn_bwd_apply_k(const T *x, const T *dy, T *dx, bn_geo<I, V> g,
                    const float *coef) {
     const bn_block<I> bk(g);
     const float *k = coef + 4 * bk.cl;
     const float fa = k[0], fb = k[1], fe = k[2], fm = k[3];
-    const float *const src[] = {x, dy};
+    const T *const src[] = {x, dy};
     bn_walk<2>(g, bk, src, [&](I off, float(&v)[2][V]) {
 #pragma unroll
         for (int j = 0; j < V; j++)
@@ -354,7 +382,8 @@ typedef struct bn_plan {
 } bn_plan;
 
 /* ptrs: the n element arrays the launches read or write (NULL ones are
- * not accessed); float4 accesses when all are 16-byte aligned. */
+ * not accessed); four-element accesses when all are aligned to four
+ * elements of xt's dtype (16 bytes for F32, 8 for BF16). */
 static bn_plan bn_plan_of(const delta_cuda_kctx *c, const delta_tensor *xt,
                           const void *const *ptrs, int n) {
     bn_plan pl;
@@ -368,7 +397,8 @@ static bn_plan bn_plan_of(const delta_cuda_kctx *c, const delta_tensor *xt,
     if (pl.group > pl.s.c) pl.group = pl.s.c;
     pl.wide = xt->numel >= ((int64_t)1 << 31);
     pl.vec = pl.sp.v == 4;
-    for (int i = 0; i < n; i++) pl.vec &= ((uintptr_t)ptrs[i] & 15) == 0;
+    const uintptr_t mask = 4 * delta_dtype_size(xt->dtype) - 1;
+    for (int i = 0; i < n; i++) pl.vec &= ((uintptr_t)ptrs[i] & mask) == 0;
     pl.part = (double *)c->scratch;
     pl.coef = (float *)((char *)c->scratch +
                         (size_t)pl.group * pl.sp.p * 2 * sizeof(double));
@@ -406,18 +436,20 @@ static unsigned bn_merge_blocks(int64_t nch) {
 }
 
 /* batchnorm, batchnorm_relu and batchnorm_add_relu: ins x, gamma, beta,
- * [r,] [rmean, rvar]; outs y, mean, var. */
-template <int EPI>
+ * [r,] [rmean, rvar]; outs y, mean, var. x, r and y of element type T
+ * (BF16 for batchnorm only: the fused forms are F32 only), the rest F32. */
+template <int EPI, typename T>
 static void bn_forward(const delta_cuda_kctx *c, const delta_kargs *k) {
     const int ri = EPI == BN_ADD_RELU ? 4 : 3; /* first running stat */
     const bool running = !k->env->training && k->op->n_in >= ri + 2;
-    const float *x = (const float *)k->in[0], *gamma = (const float *)k->in[1],
+    const T *x = (const T *)k->in[0];
+    const float *gamma = (const float *)k->in[1],
                 *beta = (const float *)k->in[2];
-    const float *r = EPI == BN_ADD_RELU ? (const float *)k->in[3] : NULL;
+    const T *r = EPI == BN_ADD_RELU ? (const T *)k->in[3] : NULL;
     const float *rmean = running ? (const float *)k->in[ri] : NULL;
     const float *rvar = running ? (const float *)k->in[ri + 1] : NULL;
-    float *y = (float *)k->out[0], *mean = (float *)k->out[1],
-          *var = (float *)k->out[2];
+    T *y = (T *)k->out[0];
+    float *mean = (float *)k->out[1], *var = (float *)k->out[2];
     const double eps = k->op->a.eps;
     const void *const ptrs[] = {x, y, r};
     const bn_plan pl = bn_plan_of(c, k->in_t[0], ptrs, r ? 3 : 2);
@@ -437,16 +469,16 @@ static void bn_forward(const delta_cuda_kctx *c, const delta_kargs *k) {
 }
 
 void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k) {
-    bn_forward<BN_PLAIN>(c, k);
+    CU_WITH_T(k->in_t[0], k->op, bn_forward<BN_PLAIN, T>(c, k));
 }
 
 void delta_cu_batchnorm_relu(const delta_cuda_kctx *c, const delta_kargs *k) {
-    bn_forward<BN_RELU>(c, k);
+    bn_forward<BN_RELU, float>(c, k);
 }
 
 void delta_cu_batchnorm_add_relu(const delta_cuda_kctx *c,
                                  const delta_kargs *k) {
-    bn_forward<BN_ADD_RELU>(c, k);
+    bn_forward<BN_ADD_RELU, float>(c, k);
 }
 
 __global__ static void bn_running_k(const float *mean, const float *var,
@@ -472,11 +504,14 @@ void delta_cu_bn_running_update(const delta_cuda_kctx *c,
               C, (double)k->op->a.momentum, cnt > 1 ? cnt / (cnt - 1) : 1.0);
 }
 
-void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const float *x = (const float *)k->in[0], *gamma = (const float *)k->in[1],
-                *mean = (const float *)k->in[2], *var = (const float *)k->in[3],
-                *dy = (const float *)k->in[4];
-    float *dx = (float *)k->out[0];
+/* ins x, gamma, mean, var, dy; outs dx, [dgamma, [dbeta]]: x, dy and dx of
+ * element type T, the rest F32. */
+template <typename T>
+static void batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const T *x = (const T *)k->in[0], *dy = (const T *)k->in[4];
+    const float *gamma = (const float *)k->in[1],
+                *mean = (const float *)k->in[2], *var = (const float *)k->in[3];
+    T *dx = (T *)k->out[0];
     float *dgamma = k->op->n_out > 1 ? (float *)k->out[1] : NULL;
     float *dbeta = k->op->n_out > 2 ? (float *)k->out[2] : NULL;
     const double eps = k->op->a.eps;
@@ -498,22 +533,28 @@ void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
     });
 }
 
+void delta_cu_batchnorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    CU_WITH_T(k->in_t[0], k->op, batchnorm_bwd<T>(c, k));
+}
+
 /* ---- layer norm ---------------------------------------------------------- */
 
-/* One block per row. */
-__global__ static void ln_fwd_k(const float *x, const float *gamma,
-                                const float *beta, float *y, float *mean,
+/* One block per row. x and y of element type T; gamma, beta, mean and
+ * rstd F32. */
+template <typename T>
+__global__ static void ln_fwd_k(const T *x, const float *gamma,
+                                const float *beta, T *y, float *mean,
                                 float *rstd, int64_t d, double eps) {
     __shared__ double buf[NORM_THREADS];
     const int64_t r = blockIdx.x;
-    const float *xp = x + r * d;
-    float *yp = y + r * d;
+    const T *xp = x + r * d;
+    T *yp = y + r * d;
     double acc = 0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += xp[j];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += cu_ld(xp, j);
     const float fm = (float)(cu_block_sum(acc, buf) / (double)d);
     acc = 0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-        float dv = xp[j] - fm;
+        float dv = cu_ld(xp, j) - fm;
         acc += (double)(dv * dv);
     }
     const double v = cu_block_sum(acc, buf) / (double)d;
@@ -522,9 +563,11 @@ __global__ static void ln_fwd_k(const float *x, const float *gamma,
         mean[r] = fm;
         rstd[r] = frs;
     }
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-        yp[j] = gamma ? (xp[j] - fm) * frs * gamma[j] + beta[j]
-                      : (xp[j] - fm) * frs;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        const float xv = cu_ld(xp, j);
+        cu_st(yp, j, gamma ? (xv - fm) * frs * gamma[j] + beta[j]
+                           : (xv - fm) * frs);
+    }
 }
 
 void delta_cu_layernorm(const delta_cuda_kctx *c, const delta_kargs *k) {
@@ -533,35 +576,40 @@ void delta_cu_layernorm(const delta_cuda_kctx *c, const delta_kargs *k) {
     const int64_t rows = d > 0 ? xt->numel / d : 0;
     if (rows == 0) return;
     bool affine = k->op->n_in >= 3;
-    ln_fwd_k<<<(unsigned)rows, NORM_THREADS, 0, c->stream>>>(
-        (const float *)k->in[0], affine ? (const float *)k->in[1] : NULL,
-        affine ? (const float *)k->in[2] : NULL, (float *)k->out[0],
-        (float *)k->out[1], (float *)k->out[2], d, k->op->a.eps);
+    CU_WITH_T(xt, k->op,
+              ln_fwd_k<T><<<(unsigned)rows, NORM_THREADS, 0, c->stream>>>(
+                  (const T *)k->in[0],
+                  affine ? (const float *)k->in[1] : NULL,
+                  affine ? (const float *)k->in[2] : NULL, (T *)k->out[0],
+                  (float *)k->out[1], (float *)k->out[2], d, k->op->a.eps));
 }
 
 /* dx, one block per row: g = dy gamma; dx = rstd (g - mean(g) - xhat
  * mean(g xhat)). */
-__global__ static void ln_bwd_dx_k(const float *x, const float *mean,
-                                   const float *rstd, const float *dy,
-                                   const float *gamma, float *dx, int64_t d) {
+template <typename T>
+__global__ static void ln_bwd_dx_k(const T *x, const float *mean,
+                                   const float *rstd, const T *dy,
+                                   const float *gamma, T *dx, int64_t d) {
     __shared__ double buf[NORM_THREADS];
     const int64_t r = blockIdx.x;
-    const float *xp = x + r * d, *dyp = dy + r * d;
-    float *dxp = dx + r * d;
+    const T *xp = x + r * d, *dyp = dy + r * d;
+    T *dxp = dx + r * d;
     const float fm = mean[r], frs = rstd[r];
     double a = 0, b = 0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-        float g = gamma ? dyp[j] * gamma[j] : dyp[j];
-        float xh = (xp[j] - fm) * frs;
+        const float dyv = cu_ld(dyp, j);
+        float g = gamma ? dyv * gamma[j] : dyv;
+        float xh = (cu_ld(xp, j) - fm) * frs;
         a += g;
         b += (double)(g * xh);
     }
     const float mg = (float)(cu_block_sum(a, buf) / (double)d);
     const float mgx = (float)(cu_block_sum(b, buf) / (double)d);
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-        float xh = (xp[j] - fm) * frs;
-        float g = gamma ? dyp[j] * gamma[j] : dyp[j];
-        dxp[j] = frs * (g - mg - xh * mgx);
+        float xh = (cu_ld(xp, j) - fm) * frs;
+        const float dyv = cu_ld(dyp, j);
+        float g = gamma ? dyv * gamma[j] : dyv;
+        cu_st(dxp, j, frs * (g - mg - xh * mgx));
     }
 }
 
@@ -570,8 +618,9 @@ __global__ static void ln_bwd_dx_k(const float *x, const float *mean,
  * tree). */
 #define LN_COLS 32
 #define LN_LANES 16
-__global__ static void ln_bwd_dg_k(const float *x, const float *mean,
-                                   const float *rstd, const float *dy,
+template <typename T>
+__global__ static void ln_bwd_dg_k(const T *x, const float *mean,
+                                   const float *rstd, const T *dy,
                                    float *dgamma, float *dbeta, int64_t rows,
                                    int64_t d) {
     __shared__ double pg[LN_LANES][LN_COLS], pb[LN_LANES][LN_COLS];
@@ -579,9 +628,10 @@ __global__ static void ln_bwd_dg_k(const float *x, const float *mean,
     double ag = 0, ab = 0;
     if (j < d)
         for (int64_t r = threadIdx.y; r < rows; r += LN_LANES) {
-            float xh = (x[r * d + j] - mean[r]) * rstd[r];
-            ag += (double)dy[r * d + j] * xh;
-            ab += dy[r * d + j];
+            float xh = (cu_ld(x, r * d + j) - mean[r]) * rstd[r];
+            const float dyv = cu_ld(dy, r * d + j);
+            ag += (double)dyv * xh;
+            ab += dyv;
         }
     pg[threadIdx.y][threadIdx.x] = ag;
     pb[threadIdx.y][threadIdx.x] = ab;
@@ -599,15 +649,16 @@ __global__ static void ln_bwd_dg_k(const float *x, const float *mean,
     }
 }
 
-void delta_cu_layernorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const delta_tensor *xt = k->in_t[0];
-    const int64_t d = xt->ndim > 0 ? xt->shape[xt->ndim - 1] : 1;
-    const int64_t rows = d > 0 ? xt->numel / d : 0;
-    if (rows == 0 || d == 0) return;
-    const float *x = (const float *)k->in[0], *mean = (const float *)k->in[1],
-                *rstd = (const float *)k->in[2], *dy = (const float *)k->in[3];
+/* ins x, mean, rstd, dy, [gamma]; outs dx, [dgamma, dbeta]: x, dy and dx
+ * of element type T, the rest F32. */
+template <typename T>
+static void layernorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k,
+                          int64_t rows, int64_t d) {
+    const T *x = (const T *)k->in[0], *dy = (const T *)k->in[3];
+    const float *mean = (const float *)k->in[1],
+                *rstd = (const float *)k->in[2];
     const float *gamma = k->op->n_in >= 5 ? (const float *)k->in[4] : NULL;
-    float *dx = (float *)k->out[0];
+    T *dx = (T *)k->out[0];
     float *dgamma = k->op->n_out >= 3 ? (float *)k->out[1] : NULL;
     float *dbeta = k->op->n_out >= 3 ? (float *)k->out[2] : NULL;
     if (dx)
@@ -619,4 +670,12 @@ void delta_cu_layernorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
         ln_bwd_dg_k<<<grid, block, 0, c->stream>>>(x, mean, rstd, dy, dgamma,
                                                    dbeta, rows, d);
     }
+}
+
+void delta_cu_layernorm_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const delta_tensor *xt = k->in_t[0];
+    const int64_t d = xt->ndim > 0 ? xt->shape[xt->ndim - 1] : 1;
+    const int64_t rows = d > 0 ? xt->numel / d : 0;
+    if (rows == 0 || d == 0) return;
+    CU_WITH_T(xt, k->op, layernorm_bwd<T>(c, k, rows, d));
 }

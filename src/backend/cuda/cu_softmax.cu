@@ -4,21 +4,25 @@
  * double over the block's fixed tree. The loss is the mean over counted
  * rows: per-row losses go to the backend's scratch buffer and are added by
  * one thread in row order (rows beyond what the scratch holds: one block
- * computes them all, in the same order). */
+ * computes them all, in the same order). The activations (x, y, dy,
+ * logits, dlogits) are F32 or BF16 (templated on their element type,
+ * cu_common.cuh); the key mask, the targets and the loss keep their
+ * dtypes (F32, I32, F32). */
 #include "backend/cuda/cu_common.cuh"
 
 #include <math.h>
 
 #define SM_THREADS 256
 
-__global__ static void softmax_k(const float *x, float *y, int64_t tk,
+template <typename T>
+__global__ static void softmax_k(const T *x, T *y, int64_t tk,
                                  int64_t tq, int causal, const float *mask,
                                  int64_t per_b) {
     __shared__ double dbuf[SM_THREADS];
     __shared__ float fbuf[SM_THREADS];
     const int64_t r = blockIdx.x;
-    const float *xr = x + r * tk;
-    float *yr = y + r * tk;
+    const T *xr = x + r * tk;
+    T *yr = y + r * tk;
     const float *mr = mask ? mask + (r / per_b) * tk : NULL;
     int64_t lim = tk;
     if (causal) {
@@ -31,24 +35,27 @@ __global__ static void softmax_k(const float *x, float *y, int64_t tk,
     for (int64_t k = threadIdx.x; k < lim; k += blockDim.x)
         if (!mr || mr[k] != 0.0f) {
             kept += 1;
-            if (xr[k] > m) m = xr[k];
+            const float v = cu_ld(xr, k);
+            if (v > m) m = v;
         }
     m = cu_block_max(m, fbuf);
     kept = cu_block_sum(kept, dbuf);
     if (kept == 0 || m == -INFINITY) {
-        for (int64_t k = threadIdx.x; k < tk; k += blockDim.x) yr[k] = 0.0f;
+        for (int64_t k = threadIdx.x; k < tk; k += blockDim.x)
+            cu_st(yr, k, 0.0f);
         return;
     }
     double s = 0;
     for (int64_t k = threadIdx.x; k < lim; k += blockDim.x) {
-        float e = !mr || mr[k] != 0.0f ? expf(xr[k] - m) : 0.0f;
+        float e = !mr || mr[k] != 0.0f ? expf(cu_ld(xr, k) - m) : 0.0f;
         s += e;
     }
     const float inv = (float)(1.0 / cu_block_sum(s, dbuf));
     /* x may be y: every read of x is behind the block sum's barriers */
     for (int64_t k = threadIdx.x; k < tk; k += blockDim.x) {
-        float e = k < lim && (!mr || mr[k] != 0.0f) ? expf(xr[k] - m) : 0.0f;
-        yr[k] = k < lim ? e * inv : 0.0f;
+        float e = k < lim && (!mr || mr[k] != 0.0f) ? expf(cu_ld(xr, k) - m)
+                                                    : 0.0f;
+        cu_st(yr, k, k < lim ? e * inv : 0.0f);
     }
 }
 
@@ -67,23 +74,25 @@ void delta_cu_softmax(const delta_cuda_kctx *c, const delta_kargs *k) {
         DELTA_ASSERT(b > 0 && rows % b == 0 && k->in_t[1]->numel == b * tk);
         per_b = rows / b;
     }
-    softmax_k<<<(unsigned)rows, SM_THREADS, 0, c->stream>>>(
-        (const float *)k->in[0], (float *)k->out[0], tk, tq,
-        k->op->a.causal != 0, mask, per_b);
+    CU_WITH_T(k->out_t[0], k->op,
+              softmax_k<T><<<(unsigned)rows, SM_THREADS, 0, c->stream>>>(
+                  (const T *)k->in[0], (T *)k->out[0], tk, tq,
+                  k->op->a.causal != 0, mask, per_b));
 }
 
-__global__ static void softmax_bwd_k(const float *y, const float *dy,
-                                     float *dx, int64_t n) {
+template <typename T>
+__global__ static void softmax_bwd_k(const T *y, const T *dy, T *dx,
+                                     int64_t n) {
     __shared__ double buf[SM_THREADS];
     const int64_t r = blockIdx.x;
-    const float *yr = y + r * n, *dyr = dy + r * n;
-    float *dxr = dx + r * n;
+    const T *yr = y + r * n, *dyr = dy + r * n;
+    T *dxr = dx + r * n;
     double s = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += (double)yr[i] * (double)dyr[i];
+        s += (double)cu_ld(yr, i) * (double)cu_ld(dyr, i);
     const float sf = (float)cu_block_sum(s, buf);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        dxr[i] = yr[i] * (dyr[i] - sf);
+        cu_st(dxr, i, cu_ld(yr, i) * (cu_ld(dyr, i) - sf));
 }
 
 void delta_cu_softmax_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
@@ -91,9 +100,10 @@ void delta_cu_softmax_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
     int64_t n = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
     int64_t rows = n > 0 ? t->numel / n : 0;
     if (rows == 0) return;
-    softmax_bwd_k<<<(unsigned)rows, SM_THREADS, 0, c->stream>>>(
-        (const float *)k->in[0], (const float *)k->in[1], (float *)k->out[0],
-        n);
+    CU_WITH_T(k->out_t[0], k->op,
+              softmax_bwd_k<T><<<(unsigned)rows, SM_THREADS, 0, c->stream>>>(
+                  (const T *)k->in[0], (const T *)k->in[1], (T *)k->out[0],
+                  n));
 }
 
 __device__ static inline bool ce_counted(int32_t t, int64_t v, int ignore) {
@@ -101,24 +111,27 @@ __device__ static inline bool ce_counted(int32_t t, int64_t v, int ignore) {
 }
 
 /* The row's max (*m) and Σexp(x - max) in double, by the calling block. */
-__device__ static double row_max_sum(const float *x, int64_t v, float *m_out,
+template <typename T>
+__device__ static double row_max_sum(const T *x, int64_t v, float *m_out,
                                      double *dbuf, float *fbuf) {
     float m = -INFINITY;
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x)
-        if (x[i] > m) m = x[i];
+        if (cu_ld(x, i) > m) m = cu_ld(x, i);
     m = cu_block_max(m, fbuf);
     double s = 0;
-    for (int64_t i = threadIdx.x; i < v; i += blockDim.x) s += expf(x[i] - m);
+    for (int64_t i = threadIdx.x; i < v; i += blockDim.x)
+        s += expf(cu_ld(x, i) - m);
     *m_out = m;
     return cu_block_sum(s, dbuf);
 }
 
 /* Row r's loss max + log Σexp(x - max) - x[t], by the calling block. */
-__device__ static double ce_row_loss(const float *x, int32_t t, int64_t v,
+template <typename T>
+__device__ static double ce_row_loss(const T *x, int32_t t, int64_t v,
                                      double *dbuf, float *fbuf) {
     float m;
     double s = row_max_sum(x, v, &m, dbuf, fbuf);
-    return (double)m + log(s) - (double)x[t];
+    return (double)m + log(s) - (double)cu_ld(x, t);
 }
 
 /* dloss / (rows counted), counting the targets in order. */
@@ -130,7 +143,8 @@ __device__ static float ce_grad_scale(const int32_t *tg, const float *dloss,
 }
 
 /* One block per row: part[r] = the row's loss (0 when not counted). */
-__global__ static void ce_rows_k(const float *logits, const int32_t *tg,
+template <typename T>
+__global__ static void ce_rows_k(const T *logits, const int32_t *tg,
                                  double *part, int64_t v, int ignore) {
     __shared__ double dbuf[SM_THREADS];
     __shared__ float fbuf[SM_THREADS];
@@ -144,7 +158,8 @@ __global__ static void ce_rows_k(const float *logits, const int32_t *tg,
 
 /* loss = Σ part / count, added in row order by one thread; part == NULL:
  * the block computes every row's loss itself, in row order. */
-__global__ static void ce_total_k(const float *logits, const int32_t *tg,
+template <typename T>
+__global__ static void ce_total_k(const T *logits, const int32_t *tg,
                                   const double *part, float *loss, int64_t n,
                                   int64_t v, int ignore) {
     __shared__ double dbuf[SM_THREADS];
@@ -160,8 +175,9 @@ __global__ static void ce_total_k(const float *logits, const int32_t *tg,
     if (threadIdx.x == 0) *loss = count ? (float)(total / (double)count) : 0.0f;
 }
 
-void delta_cu_cross_entropy(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const float *logits = (const float *)k->in[0];
+template <typename T>
+static void cross_entropy(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const T *logits = (const T *)k->in[0];
     const int32_t *tg = (const int32_t *)k->in[1];
     int64_t n = k->in_t[0]->shape[0], v = k->in_t[0]->shape[1];
     int ignore = k->op->a.ignore_index;
@@ -175,6 +191,10 @@ void delta_cu_cross_entropy(const delta_cuda_kctx *c, const delta_kargs *k) {
         logits, tg, part, (float *)k->out[0], n, v, ignore);
 }
 
+void delta_cu_cross_entropy(const delta_cuda_kctx *c, const delta_kargs *k) {
+    CU_WITH_T(k->in_t[0], k->op, cross_entropy<T>(c, k));
+}
+
 /* *g = dloss / count (one thread). */
 __global__ static void ce_scale_k(const int32_t *tg, const float *dloss,
                                   float *g, int64_t n, int64_t v, int ignore) {
@@ -182,36 +202,37 @@ __global__ static void ce_scale_k(const int32_t *tg, const float *dloss,
 }
 
 /* One block per row: d = softmax(x) g, minus g at the target. */
-__global__ static void ce_bwd_k(const float *logits, const int32_t *tg,
-                                const float *gp, float *dl, int64_t v,
+template <typename T>
+__global__ static void ce_bwd_k(const T *logits, const int32_t *tg,
+                                const float *gp, T *dl, int64_t v,
                                 int ignore, const float *dloss, int64_t n) {
     __shared__ double dbuf[SM_THREADS];
     __shared__ float fbuf[SM_THREADS];
     __shared__ float gs;
     const int64_t r = blockIdx.x;
-    const float *x = logits + r * v;
-    float *d = dl + r * v;
+    const T *x = logits + r * v;
+    T *d = dl + r * v;
     if (threadIdx.x == 0) /* no scratch: every block counts */
         gs = gp ? *gp : ce_grad_scale(tg, dloss, n, v, ignore);
     __syncthreads();
     const float g = gs;
     int32_t t = tg[r];
     if (!ce_counted(t, v, ignore)) {
-        for (int64_t i = threadIdx.x; i < v; i += blockDim.x) d[i] = 0.0f;
+        for (int64_t i = threadIdx.x; i < v; i += blockDim.x)
+            cu_st(d, i, 0.0f);
         return;
     }
     float m;
     const double s = row_max_sum(x, v, &m, dbuf, fbuf);
     const float sc = (float)((double)g / s);
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
-        float e = expf(x[i] - m) * sc;
-        d[i] = i == t ? e - g : e;
+        float e = expf(cu_ld(x, i) - m) * sc;
+        cu_st(d, i, i == t ? e - g : e);
     }
 }
 
 void delta_cu_cross_entropy_bwd(const delta_cuda_kctx *c,
                                 const delta_kargs *k) {
-    const float *logits = (const float *)k->in[0];
     const int32_t *tg = (const int32_t *)k->in[1];
     const float *dloss = (const float *)k->in[2];
     int64_t n = k->in_t[0]->shape[0], v = k->in_t[0]->shape[1];
@@ -222,6 +243,8 @@ void delta_cu_cross_entropy_bwd(const delta_cuda_kctx *c,
         g = (float *)c->scratch;
         ce_scale_k<<<1, 1, 0, c->stream>>>(tg, dloss, g, n, v, ignore);
     }
-    ce_bwd_k<<<(unsigned)n, SM_THREADS, 0, c->stream>>>(
-        logits, tg, g, (float *)k->out[0], v, ignore, dloss, n);
+    CU_WITH_T(k->in_t[0], k->op,
+              ce_bwd_k<T><<<(unsigned)n, SM_THREADS, 0, c->stream>>>(
+                  (const T *)k->in[0], tg, g, (T *)k->out[0], v, ignore,
+                  dloss, n));
 }

@@ -422,38 +422,6 @@ static void cu_destroy(void *ctx) {
     free(be);
 }
 
-/* The convolution dims of a conv op, as cu_conv.cu takes them: x and w
- * shapes from the inputs (conv2d), dx and w (conv2d_dx), x and dw
- * (conv2d_dw). */
-static delta_conv_dims conv_dims_of(const delta_ctx *g, const delta_op *op) {
-    const int64_t *xs, *ws;
-    const delta_tensor *in0 = g->tensors[op->in[0]];
-    if (op->type == DELTA_OP_CONV2D) {
-        xs = in0->shape;
-        ws = g->tensors[op->in[1]]->shape;
-    } else if (op->type == DELTA_OP_CONV2D_DX) {
-        xs = g->tensors[op->out[0]]->shape;
-        ws = g->tensors[op->in[1]]->shape;
-    } else {
-        xs = in0->shape;
-        ws = g->tensors[op->out[0]]->shape;
-    }
-    delta_conv_geom c = delta_conv_geom_of(xs, ws, op->a.stride, op->a.pad);
-    return (delta_conv_dims){c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride,
-                             c.pad};
-}
-
-/* Bytes of fp32 copies a BF16 op's widening puts first in its workspace
- * (cu_bf16.cu; 0 for an F32 op). */
-static size_t widen_bytes(const delta_ctx *g, const delta_op *op) {
-    size_t b = 0;
-    for (int i = 0; i < op->n_in; i++)
-        b += delta_widen_bytes_of(g->tensors[op->in[i]]);
-    for (int i = 0; i < op->n_out; i++)
-        b += delta_widen_bytes_of(g->tensors[op->out[i]]);
-    return b;
-}
-
 static void cu_fit_program(void *ctx, delta_ctx *g) {
     cuda_backend *be = ctx;
     if (!be->dnn) return;
@@ -462,14 +430,16 @@ static void cu_fit_program(void *ctx, delta_ctx *g) {
         if (op->type != DELTA_OP_CONV2D && op->type != DELTA_OP_CONV2D_DX &&
             op->type != DELTA_OP_CONV2D_DW)
             continue;
-        /* a BF16 convolution is the fp32 one on copies at the start of its
-         * workspace: the rest is the fp32 convolution's, and that is what
-         * the timed choice fits and grows */
-        size_t copies = widen_bytes(g, op);
-        DELTA_ASSERT(copies <= op->workspace);
-        delta_conv_dims d = conv_dims_of(g, op);
-        op->workspace = copies + delta_cudnn_tune(be->dnn, op->type, &d,
-                                                  op->workspace - copies);
+        const delta_tensor *in[DELTA_MAX_OP_IN], *out[DELTA_MAX_OP_OUT];
+        for (int j = 0; j < op->n_in; j++) in[j] = g->tensors[op->in[j]];
+        for (int j = 0; j < op->n_out; j++) out[j] = g->tensors[op->out[j]];
+        delta_conv_dims d = delta_conv_dims_of(op, in, out);
+        /* a BF16 convolution runs on its BF16 operands (cu_conv.cu,
+         * delta_cu_conv_bf16) with the whole declared workspace, the
+         * CPU's widening copies included: the choice is timed for all of
+         * it; F32 ones likewise */
+        op->workspace = delta_cudnn_tune(be->dnn, op->type, &d,
+                                         out[0]->dtype, op->workspace);
     }
     /* a cache that cannot be written costs the next run the timing again,
      * nothing more: not an error */

@@ -50,8 +50,16 @@ void delta_cuda_memmove(const delta_cuda_kctx *c, void *dst, const void *src,
 
 /* ---- cuDNN, loaded at run time (cudnn_conv.c) ------------------------------ */
 typedef struct delta_conv_dims {
-    int64_t n, c, h, w, k, r, s, stride, pad;
+    int64_t n, c, h, w, k, r, s, p, q, stride, pad;
 } delta_conv_dims;
+
+/* A convolution op's dims from its operands' shapes: x and w from the
+ * inputs (conv2d), dx and w (conv2d_dx), x and dw (conv2d_dw). The one
+ * place both the kernels (kargs) and the backend's fitting (the graph)
+ * read them from. */
+delta_conv_dims delta_conv_dims_of(const delta_op *op,
+                                   const delta_tensor *const *in,
+                                   const delta_tensor *const *out);
 
 /* Loads libcudnn.so.9 and binds a handle to stream; NULL with the reason in
  * why when it cannot be had (or DELTA_CUDNN=0). device names the GPU model
@@ -60,20 +68,25 @@ delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
                               char *why, size_t n);
 void delta_cudnn_close(delta_cudnn *d);
 size_t delta_cudnn_version(const delta_cudnn *d);
-/* The convolution of type (CONV2D: a = x, b = w, out = y without bias;
- * CONV2D_DX: a = dy, b = w, out = dx; CONV2D_DW: a = x, b = dy, out = dw)
- * with a deterministic, plain-fp32 algorithm whose workspace fits
- * ws_bytes. false when there is none: nothing was launched. */
+/* The convolution of type (CONV2D: a = x, b = w, out = y; CONV2D_DX:
+ * a = dy, b = w, out = dx; CONV2D_DW: a = x, b = dy, out = dw), all three
+ * of dtype dt (F32: plain fp32 math; BF16: tensor cores summing in fp32,
+ * one rounding per output), with a deterministic algorithm whose
+ * workspace fits ws_bytes: out = conv + beta * out (beta 0 or 1; the
+ * blend in fp32 before the rounding). false when there is none: nothing
+ * was launched. */
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
-                      const delta_conv_dims *g, const float *a,
-                      const float *b, float *out, void *ws, size_t ws_bytes);
-/* Chooses the algorithm for (type, g) by timing, once per shape (kept in
- * the file of choices), and returns the workspace the op must declare:
+                      const delta_conv_dims *g, delta_dtype dt,
+                      const void *a, const void *b, void *out, float beta,
+                      void *ws, size_t ws_bytes);
+/* Chooses the algorithm for (type, g, dt) by timing, once per shape (kept
+ * in the file of choices), and returns the workspace the op must declare:
  * the larger of `declared` and what the choice needs. `declared` when
  * nothing was timed. Blocks the host (it runs convolutions): call it
  * before planning, never inside a step. */
 size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
-                        const delta_conv_dims *g, size_t declared);
+                        const delta_conv_dims *g, delta_dtype dt,
+                        size_t declared);
 /* Writes new timed choices to the file; false with err when it cannot. */
 bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n);
 /* ---- NCCL, loaded at run time (nccl.c): the collective ops ------------------
@@ -110,6 +123,9 @@ void delta_cu_gemm(const delta_cuda_kctx *c, bool ta, bool tb, int64_t m,
 void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k);
+/* conv2d, conv2d_dx or conv2d_dw with BF16 operands: cuDNN on them as
+ * they are, else the fp32 kernel on widened copies (cu_bf16.cu) */
+void delta_cu_conv_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_bias_grad_nchw(const delta_cuda_kctx *c, const delta_kargs *k);
 /* cu_pool.cu */
 void delta_cu_maxpool2d(const delta_cuda_kctx *c, const delta_kargs *k);
@@ -160,8 +176,9 @@ void delta_cu_sgd_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_adamw_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_grad_sumsq(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_clip_coef(const delta_cuda_kctx *c, const delta_kargs *k);
-/* cu_bf16.cu: the cast, and matmul and linear with BF16 operands on the
- * tensor cores (cuBLASLt, fp32 accumulation) */
+/* cu_bf16.cu: the cast, matmul and linear with BF16 operands on the
+ * tensor cores (cuBLASLt, fp32 accumulation), and the widening of the ops
+ * that have no native BF16 kernel */
 typedef void (*delta_cu_kernel_fn)(const delta_cuda_kctx *c,
                                    const delta_kargs *k);
 void delta_cu_cast(const delta_cuda_kctx *c, const delta_kargs *k);
@@ -172,6 +189,11 @@ void delta_cu_linear_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
  * workspace as fn's own, and rounds its BF16 outputs. */
 void delta_cu_run_widened(const delta_cuda_kctx *c, const delta_kargs *k,
                           delta_cu_kernel_fn fn);
+/* The kernel of op type t in delta_cuda_run's table (NULL: nothing to
+ * run): what it runs for F32 operands, and for BF16 ones where
+ * delta_cuda_bf16_generic(t) (cu_bf16_route.h). test_cuda widens it to
+ * compare the native BF16 route with the widened one. */
+delta_cu_kernel_fn delta_cuda_kernel_of(delta_op_type t);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,12 @@
  * without it still runs, on the im2col + cuBLAS path of cu_conv.cu).
  *
  * Only deterministic algorithms, so a recomputed convolution equals the
- * first one bit for bit, and only plain fp32 math (CUDNN_FMA_MATH: no
- * TF32, like the cuBLAS calls).
+ * first one bit for bit. F32 convolutions use only plain fp32 math
+ * (CUDNN_FMA_MATH: no TF32, like the cuBLAS calls). BF16 convolutions
+ * (mixed precision) run on the BF16 operands themselves, on the tensor
+ * cores (CUDNN_TENSOR_OP_MATH) with an fp32 compute type: products summed
+ * in fp32, each output rounded once, as the cuBLASLt GEMMs of cu_bf16.cu;
+ * math that converts the operands further (ALLOW_CONVERSION) is refused.
  *
  * Choosing by timing (delta_cudnn_tune, before a program is planned): for
  * each convolution shape cuDNN times its algorithms on scratch buffers
@@ -25,9 +29,10 @@
  * scratch buffers), cuDNN's heuristics (cudnnGet*Algorithm_v7, a pure
  * function of the shapes) are walked in their order and the first
  * qualifying algorithm that fits the op's declared workspace is taken.
- * Each such answer is kept per (op type, dims, workspace bytes): the query
- * costs far more host time than the launch. When nothing qualifies the
- * caller lowers the convolution itself.
+ * Each answer, timed or not, is kept per (op type, dims, dtype, workspace
+ * bytes), so a launch after the first costs a short search, no query and
+ * no key formatting: the query costs far more host time than the launch.
+ * When nothing qualifies the caller lowers the convolution itself.
  *
  * The legacy convolution API (deprecated in cuDNN 9, still shipped) is
  * used through function pointers looked up with dlsym; <cudnn.h> is only
@@ -66,9 +71,10 @@
 
 #define DNN_FIELD(name) __typeof__(name) *f_##name;
 
-/* One kept heuristics answer (see the top). */
+/* One kept answer (see the top). */
 typedef struct algo_choice {
     delta_op_type type;
+    delta_dtype dt;
     delta_conv_dims g;  /* int64 fields only: compared with memcmp */
     size_t ws_bytes;
     int algo;           /* the cuDNN algorithm enum's value; -1: none */
@@ -181,51 +187,62 @@ delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
 
 size_t delta_cudnn_version(const delta_cudnn *d) { return d ? d->version : 0; }
 
-static bool plain_fp32(cudnnMathType_t m) {
-    return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
+/* Whether an algorithm's math keeps dt's rule: F32 plain fp32 (no TF32),
+ * BF16 the tensor cores on the operands as they are (or plain math). */
+static bool math_ok(delta_dtype dt, cudnnMathType_t m) {
+    if (m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH) return true;
+    return dt == DELTA_BF16 && m == CUDNN_TENSOR_OP_MATH;
 }
 
-/* Describes x (n c h w), w (k c r s), y (n k p q) and the convolution. */
-static bool describe(delta_cudnn *d, const delta_conv_dims *g) {
-    int64_t p = (g->h + 2 * g->pad - g->r) / g->stride + 1;
-    int64_t q = (g->w + 2 * g->pad - g->s) / g->stride + 1;
+static size_t elem_bytes(delta_dtype dt) {
+    return dt == DELTA_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* Describes x (n c h w), w (k c r s), y (n k p q) of dtype dt and the
+ * convolution (summing in fp32 either way). */
+static bool describe(delta_cudnn *d, const delta_conv_dims *g,
+                     delta_dtype dt) {
     const int64_t lim = 1 << 30;
-    if (g->n * g->c * g->h * g->w >= lim || g->n * g->k * p * q >= lim)
+    if (g->n * g->c * g->h * g->w >= lim || g->n * g->k * g->p * g->q >= lim)
         return false; /* int-sized descriptors: leave it to cu_conv */
+    if (dt != DELTA_F32 && dt != DELTA_BF16) return false;
+    cudnnDataType_t data =
+        dt == DELTA_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     cudnnStatus_t st = d->f_cudnnSetTensor4dDescriptor(
-        d->xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->n, (int)g->c,
-        (int)g->h, (int)g->w);
+        d->xd, CUDNN_TENSOR_NCHW, data, (int)g->n, (int)g->c, (int)g->h,
+        (int)g->w);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = d->f_cudnnSetTensor4dDescriptor(d->yd, CUDNN_TENSOR_NCHW,
-                                             CUDNN_DATA_FLOAT, (int)g->n,
-                                             (int)g->k, (int)p, (int)q);
+        st = d->f_cudnnSetTensor4dDescriptor(d->yd, CUDNN_TENSOR_NCHW, data,
+                                             (int)g->n, (int)g->k, (int)g->p,
+                                             (int)g->q);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = d->f_cudnnSetFilter4dDescriptor(d->wd, CUDNN_DATA_FLOAT,
-                                             CUDNN_TENSOR_NCHW, (int)g->k,
-                                             (int)g->c, (int)g->r, (int)g->s);
+        st = d->f_cudnnSetFilter4dDescriptor(d->wd, data, CUDNN_TENSOR_NCHW,
+                                             (int)g->k, (int)g->c, (int)g->r,
+                                             (int)g->s);
     if (st == CUDNN_STATUS_SUCCESS)
         st = d->f_cudnnSetConvolution2dDescriptor(
             d->cd, (int)g->pad, (int)g->pad, (int)g->stride, (int)g->stride,
             1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT);
     if (st == CUDNN_STATUS_SUCCESS)
-        st = d->f_cudnnSetConvolutionMathType(d->cd, CUDNN_FMA_MATH);
+        st = d->f_cudnnSetConvolutionMathType(
+            d->cd, dt == DELTA_BF16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH);
     return st == CUDNN_STATUS_SUCCESS;
 }
 
 /* The first qualifying entry of a heuristics list (same fields in the
  * three perf structs). */
-#define PICK(perf, got, ws_bytes, out)                                     \
+#define PICK(perf, got, dt, ws_bytes, out)                                 \
     for (int i_ = 0; i_ < (got) && (out) < 0; i_++)                        \
         if ((perf)[i_].status == CUDNN_STATUS_SUCCESS &&                   \
             (perf)[i_].determinism == CUDNN_DETERMINISTIC &&               \
             (perf)[i_].memory <= (ws_bytes) &&                             \
-            plain_fp32((perf)[i_].mathType))                               \
+            math_ok((dt), (perf)[i_].mathType))                            \
             (out) = i_;
 
 /* Asks the heuristics (descriptors already set) for type's algorithm:
  * *algo -1 when none qualifies; false when the query itself failed. */
-static bool query(delta_cudnn *d, delta_op_type type, size_t ws_bytes,
-                  int *algo, size_t *memory) {
+static bool query(delta_cudnn *d, delta_op_type type, delta_dtype dt,
+                  size_t ws_bytes, int *algo, size_t *memory) {
     int got = 0, pick = -1;
     cudnnStatus_t st;
     *algo = -1;
@@ -235,73 +252,49 @@ static bool query(delta_cudnn *d, delta_op_type type, size_t ws_bytes,
         st = d->f_cudnnGetConvolutionForwardAlgorithm_v7(
             d->h, d->xd, d->wd, d->cd, d->yd, MAX_ALGOS, &got, perf);
         if (st != CUDNN_STATUS_SUCCESS) return false;
-        PICK(perf, got, ws_bytes, pick)
+        PICK(perf, got, dt, ws_bytes, pick)
         if (pick >= 0) *algo = (int)perf[pick].algo, *memory = perf[pick].memory;
     } else if (type == DELTA_OP_CONV2D_DX) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
         st = d->f_cudnnGetConvolutionBackwardDataAlgorithm_v7(
             d->h, d->wd, d->yd, d->cd, d->xd, MAX_ALGOS, &got, perf);
         if (st != CUDNN_STATUS_SUCCESS) return false;
-        PICK(perf, got, ws_bytes, pick)
+        PICK(perf, got, dt, ws_bytes, pick)
         if (pick >= 0) *algo = (int)perf[pick].algo, *memory = perf[pick].memory;
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
         st = d->f_cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             d->h, d->xd, d->yd, d->cd, d->wd, MAX_ALGOS, &got, perf);
         if (st != CUDNN_STATUS_SUCCESS) return false;
-        PICK(perf, got, ws_bytes, pick)
+        PICK(perf, got, dt, ws_bytes, pick)
         if (pick >= 0) *algo = (int)perf[pick].algo, *memory = perf[pick].memory;
     }
     return true;
 }
 
-/* The kept answer for (type, g, ws_bytes), asking (and keeping) it the
- * first time; NULL when the query failed. A full or failed keep asks again
- * next time, which gives the same answer. */
-static const algo_choice *choose(delta_cudnn *d, delta_op_type type,
-                                 const delta_conv_dims *g, size_t ws_bytes,
-                                 algo_choice *tmp) {
-    for (int i = 0; i < d->n_choices; i++) {
-        const algo_choice *c = &d->choices[i];
-        if (c->type == type && c->ws_bytes == ws_bytes &&
-            !memcmp(&c->g, g, sizeof *g))
-            return c;
-    }
-    *tmp = (algo_choice){.type = type, .g = *g, .ws_bytes = ws_bytes};
-    if (!query(d, type, ws_bytes, &tmp->algo, &tmp->memory)) return NULL;
-    if (d->n_choices == d->cap_choices) {
-        int cap = d->cap_choices ? 2 * d->cap_choices : 64;
-        algo_choice *grown = realloc(d->choices, (size_t)cap * sizeof *grown);
-        if (!grown) return tmp;
-        d->choices = grown;
-        d->cap_choices = cap;
-    }
-    d->choices[d->n_choices] = *tmp;
-    return &d->choices[d->n_choices++];
-}
-
-/* The key of a timed choice: op type, dims and the workspace cap. */
+/* The key of a timed choice: op type, dtype, dims and the workspace cap. */
 static void tune_key(delta_op_type type, const delta_conv_dims *g,
-                     size_t cap, char *buf, size_t n) {
-    snprintf(buf, n, "%s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
-             delta_op_type_name(type), (long long)g->n, (long long)g->c,
-             (long long)g->h, (long long)g->w, (long long)g->k,
-             (long long)g->r, (long long)g->s, (long long)g->stride,
-             (long long)g->pad, cap);
+                     delta_dtype dt, size_t cap, char *buf, size_t n) {
+    snprintf(buf, n,
+             "%s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
+             delta_op_type_name(type), delta_dtype_name(dt), (long long)g->n,
+             (long long)g->c, (long long)g->h, (long long)g->w,
+             (long long)g->k, (long long)g->r, (long long)g->s,
+             (long long)g->stride, (long long)g->pad, cap);
 }
 
 /* The timed pick from a Find list (sorted fastest first; same fields in
- * the three perf structs): among deterministic fp32 algorithms within
- * cap, the fastest, or the one needing the least workspace among those
- * within 10% of it. */
-#define PICK_TIMED(perf, got, cap, algo, memory)                           \
+ * the three perf structs): among deterministic algorithms of dt's math
+ * within cap, the fastest, or the one needing the least workspace among
+ * those within 10% of it. */
+#define PICK_TIMED(perf, got, dt, cap, algo, memory)                       \
     do {                                                                   \
         float best_ = -1;                                                  \
         for (int i_ = 0; i_ < (got); i_++) {                               \
             if ((perf)[i_].status != CUDNN_STATUS_SUCCESS ||               \
                 (perf)[i_].determinism != CUDNN_DETERMINISTIC ||           \
                 (perf)[i_].memory > (cap) ||                               \
-                !plain_fp32((perf)[i_].mathType))                          \
+                !math_ok((dt), (perf)[i_].mathType))                       \
                 continue;                                                  \
             if (best_ < 0) best_ = (perf)[i_].time;                        \
             if ((perf)[i_].time > best_ * 1.10f) break;                    \
@@ -312,23 +305,23 @@ static void tune_key(delta_op_type type, const delta_conv_dims *g,
         }                                                                  \
     } while (0)
 
-/* Times type's algorithms for g (descriptors set) on scratch buffers:
- * *algo -1 when none qualifies; false when the buffers or the timing could
- * not be had (then nothing is kept: heuristics decide). */
+/* Times type's algorithms for g (descriptors set for dt) on scratch
+ * buffers: *algo -1 when none qualifies; false when the buffers or the
+ * timing could not be had (then nothing is kept: heuristics decide). */
 static bool time_algos(delta_cudnn *d, delta_op_type type,
-                       const delta_conv_dims *g, size_t cap, int *algo,
-                       size_t *memory) {
-    int64_t p = (g->h + 2 * g->pad - g->r) / g->stride + 1;
-    int64_t q = (g->w + 2 * g->pad - g->s) / g->stride + 1;
-    size_t xb = (size_t)(g->n * g->c * g->h * g->w) * sizeof(float);
-    size_t wb = (size_t)(g->k * g->c * g->r * g->s) * sizeof(float);
-    size_t yb = (size_t)(g->n * g->k * p * q) * sizeof(float);
+                       const delta_conv_dims *g, delta_dtype dt, size_t cap,
+                       int *algo, size_t *memory) {
+    size_t e = elem_bytes(dt);
+    size_t xb = (size_t)(g->n * g->c * g->h * g->w) * e;
+    size_t wb = (size_t)(g->k * g->c * g->r * g->s) * e;
+    size_t yb = (size_t)(g->n * g->k * g->p * g->q) * e;
     void *x = NULL, *w = NULL, *y = NULL, *ws = NULL;
     bool ok = cudaMalloc(&x, xb) == cudaSuccess &&
               cudaMalloc(&w, wb) == cudaSuccess &&
               cudaMalloc(&y, yb) == cudaSuccess &&
               (cap == 0 || cudaMalloc(&ws, cap) == cudaSuccess);
-    /* 0x3c3c3c3c is 0.0115: ordinary numbers (zeros can time faster) */
+    /* 0x3c bytes are 0.0115 in fp32 (0x3c3c3c3c) and in BF16 (0x3c3c):
+     * ordinary numbers (zeros can time faster) */
     ok = ok && cudaMemsetAsync(x, 0x3c, xb, d->stream) == cudaSuccess &&
          cudaMemsetAsync(w, 0x3c, wb, d->stream) == cudaSuccess &&
          cudaMemsetAsync(y, 0x3c, yb, d->stream) == cudaSuccess;
@@ -340,19 +333,19 @@ static bool time_algos(delta_cudnn *d, delta_op_type type,
         ok = d->f_cudnnFindConvolutionForwardAlgorithmEx(
                  d->h, d->xd, x, d->wd, w, d->cd, d->yd, y, MAX_ALGOS, &got,
                  perf, ws, cap) == CUDNN_STATUS_SUCCESS;
-        if (ok) PICK_TIMED(perf, got, cap, algo, memory);
+        if (ok) PICK_TIMED(perf, got, dt, cap, algo, memory);
     } else if (ok && type == DELTA_OP_CONV2D_DX) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
         ok = d->f_cudnnFindConvolutionBackwardDataAlgorithmEx(
                  d->h, d->wd, w, d->yd, y, d->cd, d->xd, x, MAX_ALGOS, &got,
                  perf, ws, cap) == CUDNN_STATUS_SUCCESS;
-        if (ok) PICK_TIMED(perf, got, cap, algo, memory);
+        if (ok) PICK_TIMED(perf, got, dt, cap, algo, memory);
     } else if (ok) {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
         ok = d->f_cudnnFindConvolutionBackwardFilterAlgorithmEx(
                  d->h, d->xd, x, d->yd, y, d->cd, d->wd, w, MAX_ALGOS, &got,
                  perf, ws, cap) == CUDNN_STATUS_SUCCESS;
-        if (ok) PICK_TIMED(perf, got, cap, algo, memory);
+        if (ok) PICK_TIMED(perf, got, dt, cap, algo, memory);
     }
     (void)cudaStreamSynchronize(d->stream);
     cudaFree(x);
@@ -367,36 +360,39 @@ static bool time_algos(delta_cudnn *d, delta_op_type type,
  * workspace, DELTA_CUDNN_WORKSPACE_MB and the bytes of the convolution's
  * own operands (x, w, y), so a choice never more than doubles what the op
  * needs at once and the minimum budget stays near the unfitted one.
- * Measured on an H200, ResNet-50 b64 keep, a cap without the operands'
- * part: 128 MiB 92.0 ms a step, 512 MiB 89.6, 2 GiB 88.1 (a 743 MB
- * workspace); with it: 128 MiB 88.9 ms, 512 MiB 86.2 (the default: the
- * minimum budget unchanged at 588 MiB), 1 GiB 86.9 (the minimum budget up
- * to 954 MiB). */
+ * Measured on an H200, ResNet-50 b64 keep (fp32), a cap without the
+ * operands' part: 128 MiB 92.0 ms a step, 512 MiB 89.6, 2 GiB 88.1 (a
+ * 743 MB workspace); with it: 128 MiB 88.9 ms, 512 MiB 86.2 (the default:
+ * the minimum budget unchanged at 588 MiB), 1 GiB 86.9 (the minimum budget
+ * up to 954 MiB). */
 static size_t tune_cap(const delta_cudnn *d, const delta_conv_dims *g,
-                       size_t declared) {
-    int64_t p = (g->h + 2 * g->pad - g->r) / g->stride + 1;
-    int64_t q = (g->w + 2 * g->pad - g->s) / g->stride + 1;
+                       delta_dtype dt, size_t declared) {
     size_t operands = (size_t)(g->n * g->c * g->h * g->w +
-                               g->k * g->c * g->r * g->s + g->n * g->k * p * q) *
-                      sizeof(float);
+                               g->k * g->c * g->r * g->s +
+                               g->n * g->k * g->p * g->q) *
+                      elem_bytes(dt);
     size_t cap = declared > d->ws_cap ? declared : d->ws_cap;
     return operands > cap ? operands : cap;
 }
 
+static bool is_conv(delta_op_type type) {
+    return type == DELTA_OP_CONV2D || type == DELTA_OP_CONV2D_DX ||
+           type == DELTA_OP_CONV2D_DW;
+}
+
 size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
-                        const delta_conv_dims *g, size_t declared) {
-    if (!d || !d->find ||
-        (type != DELTA_OP_CONV2D && type != DELTA_OP_CONV2D_DX &&
-         type != DELTA_OP_CONV2D_DW) ||
-        !describe(d, g))
+                        const delta_conv_dims *g, delta_dtype dt,
+                        size_t declared) {
+    if (!d || !d->find || !is_conv(type) || !describe(d, g, dt))
         return declared;
-    size_t cap = tune_cap(d, g, declared);
+    size_t cap = tune_cap(d, g, dt, declared);
     char key[256];
-    tune_key(type, g, cap, key, sizeof key);
+    tune_key(type, g, dt, cap, key, sizeof key);
     int algo;
     size_t memory;
     if (!delta_algo_cache_get(d->tuned, key, &algo, &memory)) {
-        if (!time_algos(d, type, g, cap, &algo, &memory)) return declared;
+        if (!time_algos(d, type, g, dt, cap, &algo, &memory))
+            return declared;
         delta_algo_cache_put(d->tuned, key, algo, memory);
     }
     return algo >= 0 && memory > declared ? memory : declared;
@@ -406,59 +402,80 @@ bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n) {
     return !d || delta_algo_cache_save(d->tuned, err, n);
 }
 
-/* The timed choice for (type, g) when it fits ws_bytes. It was timed
+/* The timed choice for (type, g, dt) when it fits ws_bytes. It was timed
  * under cap = tune_cap(declared) and the op's workspace became
  * max(declared, its need) <= cap, so tune_cap(ws_bytes) is that cap
  * again. */
 static bool timed_choice(delta_cudnn *d, delta_op_type type,
-                         const delta_conv_dims *g, size_t ws_bytes,
-                         algo_choice *out) {
+                         const delta_conv_dims *g, delta_dtype dt,
+                         size_t ws_bytes, int *algo, size_t *memory) {
     char key[256];
-    int algo;
-    size_t memory;
-    tune_key(type, g, tune_cap(d, g, ws_bytes), key, sizeof key);
-    if (!delta_algo_cache_get(d->tuned, key, &algo, &memory) || algo < 0 ||
-        memory > ws_bytes)
-        return false;
-    *out = (algo_choice){.type = type, .g = *g, .ws_bytes = ws_bytes,
-                         .algo = algo, .memory = memory};
-    return true;
+    tune_key(type, g, dt, tune_cap(d, g, dt, ws_bytes), key, sizeof key);
+    return delta_algo_cache_get(d->tuned, key, algo, memory) && *algo >= 0 &&
+           *memory <= ws_bytes;
+}
+
+/* The kept answer for (type, g, dt, ws_bytes) (descriptors set), finding
+ * it the first time: the timed choice, else the heuristics'. NULL when the
+ * query failed. A full or failed keep asks again next time, which gives
+ * the same answer. */
+static const algo_choice *choose(delta_cudnn *d, delta_op_type type,
+                                 const delta_conv_dims *g, delta_dtype dt,
+                                 size_t ws_bytes, algo_choice *tmp) {
+    for (int i = 0; i < d->n_choices; i++) {
+        const algo_choice *c = &d->choices[i];
+        if (c->type == type && c->dt == dt && c->ws_bytes == ws_bytes &&
+            !memcmp(&c->g, g, sizeof *g))
+            return c;
+    }
+    *tmp = (algo_choice){.type = type, .dt = dt, .g = *g,
+                         .ws_bytes = ws_bytes};
+    if (!timed_choice(d, type, g, dt, ws_bytes, &tmp->algo, &tmp->memory) &&
+        !query(d, type, dt, ws_bytes, &tmp->algo, &tmp->memory))
+        return NULL;
+    if (d->n_choices == d->cap_choices) {
+        int cap = d->cap_choices ? 2 * d->cap_choices : 64;
+        algo_choice *grown = realloc(d->choices, (size_t)cap * sizeof *grown);
+        if (!grown) return tmp;
+        d->choices = grown;
+        d->cap_choices = cap;
+    }
+    d->choices[d->n_choices] = *tmp;
+    return &d->choices[d->n_choices++];
 }
 
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
-                      const delta_conv_dims *g, const float *a,
-                      const float *b, float *out, void *ws, size_t ws_bytes) {
-    if (type != DELTA_OP_CONV2D && type != DELTA_OP_CONV2D_DX &&
-        type != DELTA_OP_CONV2D_DW)
-        return false;
-    if (!d || !describe(d, g)) return false;
+                      const delta_conv_dims *g, delta_dtype dt,
+                      const void *a, const void *b, void *out, float beta,
+                      void *ws, size_t ws_bytes) {
+    if (!d || !is_conv(type) || !describe(d, g, dt)) return false;
     if (!ws) ws_bytes = 0;
     algo_choice tmp;
-    const algo_choice *c = timed_choice(d, type, g, ws_bytes, &tmp)
-                               ? &tmp
-                               : choose(d, type, g, ws_bytes, &tmp);
+    const algo_choice *c = choose(d, type, g, dt, ws_bytes, &tmp);
     if (!c || c->algo < 0) return false;
-    const float one = 1.0f, zero = 0.0f;
+    /* the compute type is fp32 for both dtypes: fp32 scaling factors */
+    const float one = 1.0f;
     cudnnStatus_t st;
     if (type == DELTA_OP_CONV2D) /* a = x, b = w, out = y */
         st = d->f_cudnnConvolutionForward(
             d->h, &one, d->xd, a, d->wd, b, d->cd,
-            (cudnnConvolutionFwdAlgo_t)c->algo, ws, c->memory, &zero, d->yd,
+            (cudnnConvolutionFwdAlgo_t)c->algo, ws, c->memory, &beta, d->yd,
             out);
     else if (type == DELTA_OP_CONV2D_DX) /* a = dy, b = w, out = dx */
         st = d->f_cudnnConvolutionBackwardData(
             d->h, &one, d->wd, b, d->yd, a, d->cd,
-            (cudnnConvolutionBwdDataAlgo_t)c->algo, ws, c->memory, &zero,
+            (cudnnConvolutionBwdDataAlgo_t)c->algo, ws, c->memory, &beta,
             d->xd, out);
     else /* a = x, b = dy, out = dw */
         st = d->f_cudnnConvolutionBackwardFilter(
             d->h, &one, d->xd, a, d->yd, b, d->cd,
-            (cudnnConvolutionBwdFilterAlgo_t)c->algo, ws, c->memory, &zero,
+            (cudnnConvolutionBwdFilterAlgo_t)c->algo, ws, c->memory, &beta,
             d->wd, out);
     /* a launch that failed after the choice is a bug, not a fallback: the
      * output would be half written */
-    DELTA_ASSERTF(st == CUDNN_STATUS_SUCCESS, "cuDNN convolution (%s): "
-                  "status %d", delta_op_type_name(type), (int)st);
+    DELTA_ASSERTF(st == CUDNN_STATUS_SUCCESS, "cuDNN convolution (%s, %s): "
+                  "status %d", delta_op_type_name(type),
+                  delta_dtype_name(dt), (int)st);
     return true;
 }
 
@@ -481,8 +498,9 @@ size_t delta_cudnn_version(const delta_cudnn *d) {
     return 0;
 }
 size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
-                        const delta_conv_dims *g, size_t declared) {
-    (void)d; (void)type; (void)g;
+                        const delta_conv_dims *g, delta_dtype dt,
+                        size_t declared) {
+    (void)d; (void)type; (void)g; (void)dt;
     return declared;
 }
 bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n) {
@@ -490,11 +508,26 @@ bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n) {
     return true;
 }
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
-                      const delta_conv_dims *g, const float *a,
-                      const float *b, float *out, void *ws, size_t ws_bytes) {
-    (void)d; (void)type; (void)g; (void)a; (void)b; (void)out; (void)ws;
-    (void)ws_bytes;
+                      const delta_conv_dims *g, delta_dtype dt,
+                      const void *a, const void *b, void *out, float beta,
+                      void *ws, size_t ws_bytes) {
+    (void)d; (void)type; (void)g; (void)dt; (void)a; (void)b; (void)out;
+    (void)beta; (void)ws; (void)ws_bytes;
     return false;
 }
 
 #endif
+
+/* ---- shared by both builds ------------------------------------------------ */
+
+delta_conv_dims delta_conv_dims_of(const delta_op *op,
+                                   const delta_tensor *const *in,
+                                   const delta_tensor *const *out) {
+    const int64_t *xs = op->type == DELTA_OP_CONV2D_DX ? out[0]->shape
+                                                       : in[0]->shape;
+    const int64_t *ws = op->type == DELTA_OP_CONV2D_DW ? out[0]->shape
+                                                       : in[1]->shape;
+    delta_conv_geom c = delta_conv_geom_of(xs, ws, op->a.stride, op->a.pad);
+    return (delta_conv_dims){c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.p, c.q,
+                             c.stride, c.pad};
+}
