@@ -129,6 +129,9 @@ static const prog_case progs[] = {
     {"softmax_causal", p_softmax, 4, 0, {2, 4, 64, 80}, {0}},
     {"softmax_mask", p_softmax_mask, 4, 0, {2, 3, 9, 11}, {0}},
     {"pools", p_pools, 4, 0, {3, 8, 40, 41}, {0}},
+    /* rows wider than the pool gradients' stack ring (k x W > 4096
+     * floats): their ring comes from the heap */
+    {"pools_wide", p_pools, 4, 0, {1, 2, 9, 2100}, {0}},
     {"layout", p_layout, 3, 0, {7, 9, 650}, {0}},
     {"cross_entropy", p_cross_entropy, 2, 0, {300, 137}, {0}},
     {"linear_bias", p_linear, 3, 2, {4, 150, 24}, {96, 24}},

@@ -14,6 +14,7 @@
 #include "delta/cpu.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Window of output (p, q) clipped to the input: rows [h0, h1), cols
@@ -197,6 +198,22 @@ K_BODY void maxpool_bwd_plane(const pool_geom *g, const void *x,
     dx_rows_advance(&d, g->h, g->h, bf);
 }
 
+/* The ring of k rows of fp32 dx a BF16 pool gradient accumulates in,
+ * per thread: on the stack up to RING_STACK floats (k 3 over rows of 1,000
+ * columns), else from the heap, so no image width can overflow a
+ * thread's stack. ring_free gives back what ring_get took. */
+#define RING_STACK 4096
+static float *ring_get(const pool_geom *g, float *stack) {
+    size_t n = (size_t)(g->k * g->w);
+    if (n <= RING_STACK) return stack;
+    float *r = malloc(n * sizeof *r);
+    DELTA_ASSERTF(r, "pool gradient: no host memory for %zu floats", n);
+    return r;
+}
+static void ring_free(float *ring, float *stack) {
+    if (ring != stack) free(ring);
+}
+
 void delta_k_maxpool2d_bwd(const delta_kargs *k) {
     /* ins: x, dy; outs: dx */
     pool_geom g = pool_geom_of(k->op, k->in_t[0], k->in_t[1]);
@@ -204,11 +221,12 @@ void delta_k_maxpool2d_bwd(const delta_kargs *k) {
     DELTA_ASSERT(g.h * g.w < INT32_MAX);
     PAR_FOR(g.planes * g.p * g.q * g.k * g.k >= PAR_MIN)
     for (int64_t pl = 0; pl < g.planes; pl++) {
-        float ring[bf ? g.k * g.w : 1];
-        if (bf)
+        if (bf) {
+            float stack[RING_STACK], *ring = ring_get(&g, stack);
             maxpool_bwd_plane(&g, k->in[0], k->in[1], k->out[0], ring, pl,
                               true);
-        else
+            ring_free(ring, stack);
+        } else
             maxpool_bwd_plane(&g, k->in[0], k->in[1], k->out[0], NULL, pl,
                               false);
     }
@@ -298,10 +316,11 @@ void delta_k_avgpool2d_bwd(const delta_kargs *k) {
     const float inv = 1.0f / (float)(g.k * g.k);
     PAR_FOR(g.planes * g.p * g.q * g.k * g.k >= PAR_MIN)
     for (int64_t pl = 0; pl < g.planes; pl++) {
-        float ring[bf ? g.k * g.w : 1];
-        if (bf)
+        if (bf) {
+            float stack[RING_STACK], *ring = ring_get(&g, stack);
             avgpool_bwd_plane(&g, k->in[0], k->out[0], ring, pl, inv, true);
-        else
+            ring_free(ring, stack);
+        } else
             avgpool_bwd_plane(&g, k->in[0], k->out[0], NULL, pl, inv, false);
     }
 }
