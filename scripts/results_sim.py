@@ -711,10 +711,11 @@ def write_md(rows, data, mb):
       "rule — parameters, their gradients and the optimizer state fp32 (master weights), "
       "activations and products BF16. A product with BF16 operands is priced at the preset's dense "
       "BF16 tensor-core peak; every other op, as in fp32, at the fp32 rate or by its bytes at the "
-      "HBM rate (half the bytes for a BF16 tensor). The host link is the same in both. BF16 ops "
-      "other than the products widen their operands into fp32 copies (the kernels delta has "
-      "today, on the cpu and on CUDA), and those copies are workspace the budget counts: bf16's "
-      "minimum budget can exceed fp32's.\n")
+      "HBM rate (half the bytes for a BF16 tensor). The host link is the same in both. BF16 "
+      "kernels read and write BF16 themselves and compute in fp32; only the convolution family "
+      "widens its operands into fp32 copies (the cpu's im2col convolutions; cuDNN on a GPU uses "
+      "that space as its workspace), and those copies are workspace the budget counts, so a "
+      "convolutional model's bf16 minimum budget can exceed its fp32 one.\n")
     devs = device_info()
     for g in [g for g in NAMES if any(r.gpu == g for r in rows)]:
         if g in devs:
@@ -946,8 +947,8 @@ def mp_paragraph(data, pairs, byk):
              (f", while it moved {rng([x / 2**30 for x, _ in comp], lambda v: f'{v:.1f}')} GiB a "
               f"step within the arena to compact it in fp32 and "
               f"{rng([y / 2**30 for _, y in comp], lambda v: f'{v:.1f}')} GiB in bf16 (a likely "
-              "cause, not isolated here: BF16 ops widen into fp32 workspace, larger transient "
-              "blocks to find room for)" if comp else "") +
+              "cause, not isolated here: BF16 convolutions widen into fp32 workspace, larger "
+              "transient blocks to find room for)" if comp else "") +
              ". At ≤ 1.3× the best peer in bf16 is " +
              ", ".join(f"{p} in {n}" for p, n in best13.most_common()) + f" of {len(both)} rows.")
     mbx = lambda r, p: ((data["rows"][r.key].get("maxbatch", {}).get("by_policy", {}).get(p) or {})
@@ -971,9 +972,9 @@ def mp_paragraph(data, pairs, byk):
             for m, g, a, b in both]
     hi = list(dict.fromkeys(n for n, x, y in mins if y > x))
     if hi:
-        text += (f" bf16's minimum budget is above fp32's for {', '.join(hi)} (the widened "
-                 "operands' fp32 copies are workspace that the budget counts; native BF16 "
-                 "kernels would remove them: docs/KERNELS.md).")
+        text += (f" bf16's minimum budget is above fp32's for {', '.join(hi)} (the "
+                 "convolutions' widened operands: fp32 copies that are workspace the budget "
+                 "counts; docs/KERNELS.md).")
     return text + "\n"
 
 
