@@ -570,8 +570,8 @@ static int released_at(const delta_pol *p, int r, int op) {
  * does not cover its target may hold chains that do not fit at all
  * (ResNet-50 b64 at 620 MiB on the simulated H100: the full plan dropped
  * three residual-block outputs, each needed to recompute the next, and
- * its first step failed at op 358, the backward pass, where autoswap
- * trained); a swap-in needs only its own bytes. */
+ * the first step that ran it failed at op 358, in the backward pass,
+ * where autoswap trained); a swap-in needs only its own bytes. */
 static void release(managed *m, int r, how how) {
     if (how == HOW_DROP && drop_recomputable(m, r)) managed_drop(m, r);
     else managed_swap_out(m, r);
