@@ -15,44 +15,31 @@ set -u
 bin=${1:-build/delta}
 steps=${STEPS:-16}
 only=${ONLY:-}
-out=${OUT:-}
-if [ -z "$out" ]; then
-    out=$(mktemp -d)
-    trap 'rm -rf "$out"' EXIT
-else
-    mkdir -p "$out" || exit 1
-fi
+# shellcheck source=scripts/bench_out.sh
+. "$(dirname "$0")/bench_out.sh"
 policies="swap,checkpoint,dtr,capuchin,autoswap,delta"
 # two grids per model (delta bench takes at most 16 budgets)
 high="100%,95%,90%,85%,80%,75%,70%,65%,60%"
 low="55%,50%,45%,40%,35%,30%,25%,20%,15%,12%,11%"
 sim="--backend sim --gpu h100-80g --steps $steps --quiet"
 
-declare -A jobs=(
-    [resnet50_fp32]="--model resnet50 --batch 64"
-    [resnet50_bf16]="--model resnet50 --batch 64 --precision bf16"
-    [gpt2_fp32]="--model gpt2-small --seq-len 1024 --batch 8"
-    [gpt2_bf16]="--model gpt2-small --seq-len 1024 --batch 8 --precision bf16"
-)
-declare -A extra=(
-    [resnet50_fp32]=",620MiB,700MiB"
-    [resnet50_bf16]=",900MiB,950MiB"
-    [gpt2_fp32]=""
-    [gpt2_bf16]=""
-)
-order="resnet50_fp32 resnet50_bf16 gpt2_fp32 gpt2_bf16"
+# per grid: name | its options | budgets added to the low half
+grids='resnet50_fp32 | --model resnet50 --batch 64 | ,620MiB,700MiB
+resnet50_bf16 | --model resnet50 --batch 64 --precision bf16 | ,900MiB,950MiB
+gpt2_fp32 | --model gpt2-small --seq-len 1024 --batch 8 |
+gpt2_bf16 | --model gpt2-small --seq-len 1024 --batch 8 --precision bf16 |'
 
 misses=0
-for j in $order; do
+while IFS='|' read -r j args more; do
+    j=${j// /}
+    more=${more// /}
     if [ -n "$only" ] && [ "${j#"$only"}" = "$j" ]; then continue; fi
-    for half in high low; do
-        budgets=${!half}
-        [ "$half" = low ] && budgets="$budgets${extra[$j]}"
-        # shellcheck disable=SC2086
-        "$bin" bench $sim ${jobs[$j]} --policies "$policies" \
-            --budgets "$budgets" --out "$out/$j.$half" >/dev/null 2>&1 ||
-            { echo "$j: delta bench failed" >&2; exit 1; }
-    done
+    # shellcheck disable=SC2086
+    "$bin" bench $sim $args --policies "$policies" --budgets "$high" \
+        --out "$out/$j.high" >/dev/null 2>&1 &&
+    "$bin" bench $sim $args --policies "$policies" --budgets "$low$more" \
+        --out "$out/$j.low" >/dev/null 2>&1 ||
+        { echo "$j: delta bench failed" >&2; exit 1; }
     { cat "$out/$j.high/results.csv"; tail -n +2 "$out/$j.low/results.csv"; } \
         >"$out/$j.csv"
     echo "### $j (sim h100-80g)"
@@ -82,5 +69,5 @@ for j in $order; do
         exit m > 0
     }' "$out/$j.csv" || misses=$((misses + 1))
     echo
-done
+done <<<"$grids"
 [ "$misses" -eq 0 ] || { echo "delta failed where a peer trained in $misses grid(s)"; exit 1; }
