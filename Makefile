@@ -174,7 +174,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies bench-sim-fidelity test-tsan bench-cuda test-cuda results
+.PHONY: all lib tool tests test run deps deps-check clean bench-kernels bench-pool bench-train bench-policies bench-delta-feasible bench-sim-fidelity test-tsan bench-cuda test-cuda results
 all: lib tool tests
 
 lib: $(BUILD)/libdelta.a $(BUILD)/libdelta.so
@@ -280,6 +280,13 @@ bench-pool:
 bench-policies:
 	@$(MAKE) --no-print-directory tool
 	@scripts/bench_policies.sh $(BUILD)/delta
+
+# delta against its peers on the simulated H100 from 100% of keep's peak down
+# to the minimum budget: MISS where a peer trains and delta does not
+# (scripts/bench_delta_feasible.sh; about 80 s).
+bench-delta-feasible:
+	@$(MAKE) --no-print-directory tool
+	@scripts/bench_delta_feasible.sh $(BUILD)/delta
 
 # The simulator with the cpu's calibration (delta calibrate) against the cpu
 # itself: keep's steps and the policies' overheads, measured and predicted

@@ -27,13 +27,8 @@ bin=${1:-build/delta}
 steps=${STEPS:-12}
 only=${ONLY:-}
 repeat=${REPEAT:-3}
-out=${OUT:-}
-if [ -z "$out" ]; then
-    out=$(mktemp -d)
-    trap 'rm -rf "$out"' EXIT
-else
-    mkdir -p "$out" || exit 1
-fi
+# shellcheck source=scripts/bench_out.sh
+. "$(dirname "$0")/bench_out.sh"
 policies="swap,checkpoint,dtr,capuchin,autoswap,delta"
 budgets="90%,70%,50%,40%,30%"
 

@@ -51,6 +51,12 @@
  * access before the gap, swap-ins issued in before_op of their planned op
  * (retried each op until the deadline when no gap fits), recomputation on
  * demand at the next use (compute is serial, so just in time is on time).
+ * A drop, online or planned, is made only when the recomputation it leaves
+ * can run in the budget: the victim's at its next use and that of every
+ * dropped tensor whose chain now passes through it, each input gone by
+ * then recomputed first under the others (hooks.c, drop_recomputable);
+ * otherwise the tensor is swapped (a residual network near its minimum
+ * budget: a block's output needs the previous block's, freed, and so on).
  *
  * Modes. A step runs online, on the full plan, or on the plan's hidden
  * swaps with the rest left to the online filter. After the profile the

@@ -51,6 +51,137 @@ static bool swap_outs_in_flight(const delta_pol *p, managed *m) {
     return false;
 }
 
+/* Whether r is among ids[0..n). */
+static bool root_listed(const int *ids, int n, int r) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == r) return true;
+    return false;
+}
+
+#define RECOMP_VISITS 64 /* producers one working-set estimate looks at */
+#define RECOMP_DEPENDENTS 16 /* dropped dependents a drop is checked for */
+
+/* Whether root r would have to be recomputed to be read at op `at`:
+ * dropped, or freed after its last use (recomputable), or freed by then
+ * (its last use is before `at`: the runtime frees it there), or `gone`
+ * (the drop being weighed). */
+static bool is_gone(const managed *m, int r, int gone, int at) {
+    const root_view *v = managed_root(m, r);
+    if (!v->droppable || v->producer < 0) return false;
+    if (r == gone || v->state == RES_DROPPED) return true;
+    if (v->state == RES_FREE) return v->producer <= managed_cur_op(m);
+    return !v->persistent && v->last_use >= 0 && v->last_use < at;
+}
+
+/* Peak device bytes of recomputing root r at op `at`, on top of what is
+ * already held: its producer's non-persistent inputs (each one that is
+ * gone by then is itself recomputed first, under the others,
+ * recursively), then its outputs that are gone and its workspace.
+ * *visits bounds the walk (a residual network's dropped block outputs
+ * reach back far); past it the estimate stops where it is. */
+static size_t recompute_peak(const managed *m, int r, int gone, int at,
+                             int *visits) {
+    const delta_ctx *c = managed_ctx(m);
+    const delta_op *po = &c->ops[managed_root(m, r)->producer];
+    if (++*visits > RECOMP_VISITS) return 0;
+    /* the runtime pins an op's activation inputs before it makes any of
+     * them resident: the ones still there are held while each gone one is
+     * recomputed, in order */
+    int gone_in[DELTA_MAX_OP_IN], seen[DELTA_MAX_OP_IN];
+    int n_gone = 0, n_seen = 0;
+    size_t held = 0, peak = 0;
+    for (int j = 0; j < po->n_in; j++) {
+        int a = delta_tensor_root(c, po->in[j]);
+        if (managed_root(m, a)->persistent || root_listed(seen, n_seen, a))
+            continue;
+        seen[n_seen++] = a;
+        if (is_gone(m, a, gone, at)) gone_in[n_gone++] = a;
+        else held += managed_root(m, a)->bytes;
+    }
+    for (int j = 0; j < n_gone; j++) {
+        size_t in = held + recompute_peak(m, gone_in[j], gone, at, visits);
+        if (in > peak) peak = in;
+        held += managed_root(m, gone_in[j])->bytes;
+    }
+    held += po->workspace;
+    for (int j = 0; j < po->n_out; j++) {
+        int o = delta_tensor_root(c, po->out[j]);
+        if (o == r || is_gone(m, o, gone, at))
+            held += managed_root(m, o)->bytes;
+    }
+    return held > peak ? held : peak;
+}
+
+/* Whether r, gone (or `gone` itself), can be recomputed at its next use:
+ * there its user's other activation inputs are pinned. */
+static bool fits_at_next_use(managed *m, int r, int gone) {
+    const delta_ctx *c = managed_ctx(m);
+    int now = managed_cur_op(m);
+    int nx = managed_next_use(m, r, now < 0 ? 0 : now);
+    if (nx < 0) return true;
+    const delta_op *user = &c->ops[nx];
+    size_t base = 0;
+    int seen[DELTA_MAX_OP_IN];
+    int n_seen = 0;
+    for (int j = 0; j < user->n_in; j++) {
+        int a = delta_tensor_root(c, user->in[j]);
+        const root_view *av = managed_root(m, a);
+        if (a == r || av->persistent || root_listed(seen, n_seen, a)) continue;
+        seen[n_seen++] = a;
+        base += av->bytes;
+    }
+    /* what the estimate leaves out (the chain's weights and statistics,
+     * alignment, swap-outs still in flight) gets 1/32 of the budget: at
+     * ResNet-50 w8 b32 at 10% on the cpu a chain estimated 3 KiB under
+     * the budget failed by 1 KiB */
+    int visits = 0;
+    size_t budget = managed_budget(m);
+    return base + recompute_peak(m, r, gone, nx, &visits) <=
+           budget - budget / MARGIN_MIN;
+}
+
+/* Whether dropping activation v now leaves recomputations that can run.
+ * v comes back inside its next user, whose other activation inputs are
+ * pinned there, and its producer needs its own inputs (recomputed first
+ * when they are gone too), outputs and workspace at once; and every
+ * dropped tensor whose recomputation would now pass through v (a
+ * dependent reached through gone tensors) needs the same at its own next
+ * use. A residual block's output is the case: recomputing it needs the
+ * block's last convolution's output and the previous block's output
+ * (itself freed after its last use, so recomputed from the block before),
+ * all under the next user's other input; on the simulated H100's
+ * ResNet-50 at batch 64 that was 4-5 tensors of 196 MiB at once, and
+ * delta failed in its first step at 620 MiB (op 32, v's own use) and
+ * 700 MiB (op 348, a dropped convolution output of the next block) where
+ * autoswap trained. */
+static bool drop_recomputable(managed *m, int v) {
+    if (!fits_at_next_use(m, v, v)) return false;
+    const delta_ctx *c = managed_ctx(m);
+    int now = managed_cur_op(m);
+    /* the gone dependents of v, breadth first */
+    int q[RECOMP_DEPENDENTS];
+    int n_q = 0, checked = 0;
+    q[n_q++] = v;
+    for (int h = 0; h < n_q && checked < RECOMP_DEPENDENTS; h++) {
+        const root_view *rv = managed_root(m, q[h]);
+        for (int k = 0; k < rv->n_acc && rv->acc[k] <= now; k++) {
+            const delta_op *o = &c->ops[rv->acc[k]];
+            for (int j = 0; j < o->n_out; j++) {
+                int d = delta_tensor_root(c, o->out[j]);
+                if (d == q[h] || !is_gone(m, d, -1, now + 1) ||
+                    root_listed(q, n_q, d))
+                    continue;
+                if (managed_root(m, d)->state == RES_DROPPED) {
+                    if (++checked > RECOMP_DEPENDENTS) return true;
+                    if (!fits_at_next_use(m, d, v)) return false;
+                }
+                if (n_q < RECOMP_DEPENDENTS) q[n_q++] = d;
+            }
+        }
+    }
+    return true;
+}
+
 static int delta_hook_choose_victim(void *pp, managed *m, size_t need,
                                     bool *drop) {
     delta_pol *p = pp;
@@ -64,10 +195,14 @@ static int delta_hook_choose_victim(void *pp, managed *m, size_t need,
      * that needs it, under that op's pinned operands, and there the
      * workspace may not fit at all (ResNet-18 w8 batch 32 at 25%: delta
      * failed where capuchin trained) */
+    int heavy = -1;
     if (v >= 0 && *drop &&
-        managed_ctx(m)->ops[managed_root(m, v)->producer].workspace >
-            managed_budget(m) / 4)
+        (managed_ctx(m)->ops[managed_root(m, v)->producer].workspace >
+             managed_budget(m) / 4 ||
+         !drop_recomputable(m, v))) {
+        heavy = v;
         v = -1;
+    }
     if (v >= 0) return v;
     /* for the soft limit only a drop is worth it: a swap is a round trip
      * on the link, which compute may then wait for */
@@ -100,6 +235,12 @@ static int delta_hook_choose_victim(void *pp, managed *m, size_t need,
     if (best >= 0 && !managed_root(m, best)->host_valid &&
         swap_outs_in_flight(p, m))
         return -1;
+    /* nothing to swap: the heavy drop after all (its recomputation may
+     * still fit once other tensors have left; failing now is certain) */
+    if (best < 0 && heavy >= 0) {
+        *drop = true;
+        return heavy;
+    }
     *drop = false;
     return best;
 }
@@ -423,6 +564,19 @@ static int released_at(const delta_pol *p, int r, int op) {
     return -1;
 }
 
+/* A planned release of r. A planned drop whose recomputation cannot run
+ * in the budget as things stand (drop_recomputable) is a swap instead: the
+ * plan prices a recomputation's chain as load at its op, and a plan that
+ * does not cover its target may hold chains that do not fit at all
+ * (ResNet-50 b64 at 620 MiB on the simulated H100: the full plan dropped
+ * three residual-block outputs, each needed to recompute the next, and
+ * the first step that ran it failed at op 358, in the backward pass,
+ * where autoswap trained); a swap-in needs only its own bytes. */
+static void release(managed *m, int r, how how) {
+    if (how == HOW_DROP && drop_recomputable(m, r)) managed_drop(m, r);
+    else managed_swap_out(m, r);
+}
+
 static void delta_hook_after_op(void *pp, managed *m, int op) {
     delta_pol *p = pp;
     delta_policy_dtr.after_op(p->dtr, m, op);
@@ -432,17 +586,14 @@ static void delta_hook_after_op(void *pp, managed *m, int op) {
         const root_view *v = managed_root(m, r);
         if (v->state != RES_DEVICE || managed_pinned(m, r)) continue;
         int k = released_at(p, r, op);
-        if (k < 0) continue;
-        if (p->c[k].how == HOW_DROP) managed_drop(m, r);
-        else managed_swap_out(m, r);
+        if (k >= 0) release(m, r, p->c[k].how);
     }
     p->n_redo = 0;
     for (int j = p->rel_start[op]; j < p->rel_start[op + 1]; j++) {
         const cand *c = &p->c[p->rel_ids[j]];
         const root_view *v = managed_root(m, c->r);
         if (v->state != RES_DEVICE || managed_pinned(m, c->r)) continue;
-        if (c->how == HOW_DROP) managed_drop(m, c->r);
-        else managed_swap_out(m, c->r);
+        release(m, c->r, c->how);
     }
 }
 
