@@ -216,14 +216,14 @@ static void bn_forward(const delta_kargs *k, bool has_r, bool relu) {
     };
     const bool bf = k_is_bf16(k->in_t[0]);
     DELTA_ASSERT(!bf || (!has_r && !relu)); /* the fused forms are F32 */
-    const int64_t C = a.s.c, count = a.s.n * a.s.hw;
-    PAR_FOR(C * count >= PAR_MIN)
+    const int64_t C = a.s.c;
+    PAR_FOR(C * a.s.n * a.s.hw >= PAR_MIN)
     for (int64_t c = 0; c < C; c++) {
         if (bf) bn_fwd_channel(&a, c, true);
         else bn_fwd_channel(&a, c, false);
     }
     if (a.s.hw != 1) return;
-    PAR_FOR(C * count >= PAR_MIN)
+    PAR_FOR(C * a.s.n >= PAR_MIN)
     for (int64_t n = 0; n < a.s.n; n++) {
         if (bf) bn_fwd_row(&a, n, true);
         else bn_fwd_row(&a, n, false);
