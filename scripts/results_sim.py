@@ -806,7 +806,8 @@ def write_md(rows, data, mb):
            if "maxbatch_at" in data else "") + ".\n")
     if "why_at" in data:
         w(f"The mixed-precision section's why-table runs were measured again "
-          f"(`MODE=why`, last at {data['why_at']}) to record the compaction column.\n")
+          f"(`MODE=why`, last at {data['why_at']}; a run the first pass stopped at its time limit, "
+          "or a column added since, is then measured).\n")
     if data.get("again"):
         w(f"Measured again then (`AGAIN={','.join(data['again'])}`): "
           f"{', '.join(data['again'])}; every other policy's figures and the max-batch searches "
