@@ -390,8 +390,8 @@ static delta_ctx *model_ctx(const char *name, bool bf16) {
  * gradient (the widened path's workspace) and was BF16's minimum-budget
  * op; now it declares none, and BF16's minimum budget falls below FP32's
  * (half the bytes per operand) for gpt2-tiny, bert-tiny and a small
- * resnet18. (At 224 x 224 a resnet's minimum is its first convolution,
- * which is still widened: there BF16's stays above FP32's.) */
+ * resnet18. (At 224 x 224 too, where a widened convolution is BF16's
+ * minimum-budget op: docs/KERNELS.md.) */
 static void test_bf16_workspace_shrinks(void) {
     delta_ctx *g = model_ctx("gpt2-tiny", true);
     int ce = 0;
