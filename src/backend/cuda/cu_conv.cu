@@ -20,6 +20,7 @@
 typedef struct cgeom {
     int64_t n, c, h, w, k, r, s, p, q;
     int64_t st, pad, crs, pq, hw;
+    delta_conv_dims dims; /* the same, as cuDNN takes them */
 } cgeom;
 
 static cgeom cgeom_of(const delta_kargs *k) {
@@ -31,17 +32,18 @@ static cgeom cgeom_of(const delta_kargs *k) {
     G.crs = g.c * g.r * g.s;
     G.pq = g.p * g.q;
     G.hw = g.h * g.w;
+    G.dims = g;
     return G;
 }
 
 /* cuDNN first (a deterministic algorithm within the op's workspace),
  * when the backend found it; false: lower it here. */
 static bool try_cudnn(const delta_cuda_kctx *c, const delta_kargs *k,
-                      const void *a, const void *b, void *out, float beta) {
+                      const cgeom *g, const void *a, const void *b,
+                      void *out, float beta) {
     if (!c->dnn) return false;
-    delta_conv_dims d = delta_conv_dims_of(k->op, k->in_t, k->out_t);
-    return delta_cudnn_conv(c->dnn, k->op->type, &d, k->out_t[0]->dtype, a,
-                            b, out, beta, k->ws,
+    return delta_cudnn_conv(c->dnn, k->op->type, &g->dims,
+                            k->out_t[0]->dtype, a, b, out, beta, k->ws,
                             k->ws ? k->op->workspace : 0);
 }
 
@@ -205,7 +207,7 @@ void delta_cu_conv2d(const delta_cuda_kctx *c, const delta_kargs *k) {
         return;
     }
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
-    if (try_cudnn(c, k, x, w, y, 0.0f)) {
+    if (try_cudnn(c, k, &g, x, w, y, 0.0f)) {
         /* done by cuDNN */
     } else if (pointwise(&g)) {
         delta_cu_gemm(c, false, false, g.k, g.pq, g.c, 1.0f, w, g.c, 0, x,
@@ -241,7 +243,7 @@ void delta_cu_conv2d_dx(const delta_cuda_kctx *c, const delta_kargs *k) {
         cudaMemsetAsync(dx, 0, (size_t)total * sizeof(float), c->stream);
         return;
     }
-    if (try_cudnn(c, k, dy, w, dx, 0.0f)) return;
+    if (try_cudnn(c, k, &g, dy, w, dx, 0.0f)) return;
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
     if (pointwise(&g)) {
         delta_cu_gemm(c, true, false, g.c, g.pq, g.k, 1.0f, w, g.c, 0, dy,
@@ -277,7 +279,7 @@ void delta_cu_conv2d_dw(const delta_cuda_kctx *c, const delta_kargs *k) {
                         c->stream);
         return;
     }
-    if (try_cudnn(c, k, x, dy, dw, 0.0f)) return;
+    if (try_cudnn(c, k, &g, x, dy, dw, 0.0f)) return;
     cblocks b = cblocks_of(&g, col ? k->op->workspace : 0);
     float beta = 0.0f; /* the first product overwrites dw, later ones add */
     if (pointwise(&g)) {
@@ -341,7 +343,7 @@ void delta_cu_conv_bf16(const delta_cuda_kctx *c, const delta_kargs *k) {
             CU_LAUNCH(plane_bias_bf16_k, c, g.n * g.k * g.pq,
                       (uint16_t *)out, (const uint16_t *)k->in[2], g.k, g.pq,
                       g.n * g.k * g.pq);
-        if (try_cudnn(c, k, a, b, out, bias ? 1.0f : 0.0f)) return;
+        if (try_cudnn(c, k, &g, a, b, out, bias ? 1.0f : 0.0f)) return;
     }
     delta_cu_run_widened(c, k, t == DELTA_OP_CONV2D      ? delta_cu_conv2d
                                : t == DELTA_OP_CONV2D_DX ? delta_cu_conv2d_dx

@@ -91,9 +91,7 @@ void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
             fn = delta_cu_matmul_bf16;
         } else if (k->op->type == DELTA_OP_LINEAR) {
             fn = delta_cu_linear_bf16;
-        } else if (k->op->type == DELTA_OP_CONV2D ||
-                   k->op->type == DELTA_OP_CONV2D_DX ||
-                   k->op->type == DELTA_OP_CONV2D_DW) {
+        } else if (delta_cuda_is_conv(k->op->type)) {
             fn = delta_cu_conv_bf16;
         } else if (!delta_cuda_bf16_generic(k->op->type)) {
             DELTA_ASSERTF(delta_op_widens_bf16(k->op->type),

@@ -427,9 +427,7 @@ static void cu_fit_program(void *ctx, delta_ctx *g) {
     if (!be->dnn) return;
     for (int i = 0; i < g->n_ops; i++) {
         delta_op *op = &g->ops[i];
-        if (op->type != DELTA_OP_CONV2D && op->type != DELTA_OP_CONV2D_DX &&
-            op->type != DELTA_OP_CONV2D_DW)
-            continue;
+        if (!delta_cuda_is_conv(op->type)) continue;
         const delta_tensor *in[DELTA_MAX_OP_IN], *out[DELTA_MAX_OP_OUT];
         for (int j = 0; j < op->n_in; j++) in[j] = g->tensors[op->in[j]];
         for (int j = 0; j < op->n_out; j++) out[j] = g->tensors[op->out[j]];

@@ -53,6 +53,14 @@ typedef struct delta_conv_dims {
     int64_t n, c, h, w, k, r, s, p, q, stride, pad;
 } delta_conv_dims;
 
+/* Whether t is one of the convolutions cuDNN runs (conv2d, conv2d_dx,
+ * conv2d_dw): the fitting, the dispatch's BF16 route and cudnn_conv.c ask
+ * it alike. */
+static inline bool delta_cuda_is_conv(delta_op_type t) {
+    return t == DELTA_OP_CONV2D || t == DELTA_OP_CONV2D_DX ||
+           t == DELTA_OP_CONV2D_DW;
+}
+
 /* A convolution op's dims from its operands' shapes: x and w from the
  * inputs (conv2d), dx and w (conv2d_dx), x and dw (conv2d_dw). The one
  * place both the kernels (kargs) and the backend's fitting (the graph)

@@ -375,15 +375,10 @@ static size_t tune_cap(const delta_cudnn *d, const delta_conv_dims *g,
     return operands > cap ? operands : cap;
 }
 
-static bool is_conv(delta_op_type type) {
-    return type == DELTA_OP_CONV2D || type == DELTA_OP_CONV2D_DX ||
-           type == DELTA_OP_CONV2D_DW;
-}
-
 size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
                         const delta_conv_dims *g, delta_dtype dt,
                         size_t declared) {
-    if (!d || !d->find || !is_conv(type) || !describe(d, g, dt))
+    if (!d || !d->find || !delta_cuda_is_conv(type) || !describe(d, g, dt))
         return declared;
     size_t cap = tune_cap(d, g, dt, declared);
     char key[256];
@@ -448,7 +443,7 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
                       const delta_conv_dims *g, delta_dtype dt,
                       const void *a, const void *b, void *out, float beta,
                       void *ws, size_t ws_bytes) {
-    if (!d || !is_conv(type) || !describe(d, g, dt)) return false;
+    if (!d || !delta_cuda_is_conv(type) || !describe(d, g, dt)) return false;
     if (!ws) ws_bytes = 0;
     algo_choice tmp;
     const algo_choice *c = choose(d, type, g, dt, ws_bytes, &tmp);
