@@ -414,25 +414,27 @@ static void policies_match_keep(bool gpt) {
 static void test_policies_match_keep_gpt2(void) { policies_match_keep(true); }
 static void test_policies_match_keep_mlp(void) { policies_match_keep(false); }
 
-static void test_bad_settings(void) {
+/* c is refused as an invalid argument, the message naming option. */
+static void check_refused(const delta_train_config *c, const char *option) {
     char err[512];
     delta_trainer *tr;
+    CHECK(delta_trainer_new(c, &tr, err, sizeof err) ==
+              DELTA_ERR_INVALID_ARG && strstr(err, option), "%s", err);
+}
+
+static void test_bad_settings(void) {
     delta_train_config c = cfg_of(false);
     c.lr_sched.warmup = -1;
-    CHECK(delta_trainer_new(&c, &tr, err, sizeof err) ==
-              DELTA_ERR_INVALID_ARG && strstr(err, "--warmup"), "%s", err);
+    check_refused(&c, "--warmup");
     c = cfg_of(false);
     c.lr_sched.min_frac = 1.5;
-    CHECK(delta_trainer_new(&c, &tr, err, sizeof err) ==
-              DELTA_ERR_INVALID_ARG && strstr(err, "--lr-min"), "%s", err);
+    check_refused(&c, "--lr-min");
     c = cfg_of(false);
     c.grad_clip = -1;
-    CHECK(delta_trainer_new(&c, &tr, err, sizeof err) ==
-              DELTA_ERR_INVALID_ARG && strstr(err, "--grad-clip"), "%s", err);
+    check_refused(&c, "--grad-clip");
     c = cfg_of(false);
     c.lr_sched.steps = 0;
-    CHECK(delta_trainer_new(&c, &tr, err, sizeof err) ==
-              DELTA_ERR_INVALID_ARG && strstr(err, "--steps"), "%s", err);
+    check_refused(&c, "--steps");
     /* the graph: a clip with ZeRO-1, an lr tensor that is no scalar */
     for (int k = 0; k < 2; k++) {
         delta_ctx *g = delta_ctx_new();
