@@ -865,6 +865,56 @@ static void sim_sequence(const delta_op *op, int n, double *issued,
 
 /* Many small kernels through cuBLAS: the host's launches set the end, the
  * device idles between kernels. */
+/* A device whose two link directions share their rate (link_duplex, from
+ * a device file): a copy issued while the other direction is busy runs at
+ * (duplex - 1) of its rate until that one ends, then at the whole rate;
+ * the copy already running is not slowed (its end was handed out). Full
+ * duplex (2, the presets' default) leaves both as alone. */
+static void test_sim_shared_link(void) {
+    const size_t big = 256u << 20;
+    const double duplex[] = {2, 1.5, 1};
+    for (int k = 0; k < 3; k++) {
+        delta_gpu_preset g = *delta_gpu_preset_find("h100-80g");
+        g.link_duplex = duplex[k];
+        char err[256];
+        delta_sim_backend_opts o = {.device = &g};
+        delta_backend *b = delta_backend_sim_new(&o, err, sizeof err);
+        CHECK(b != NULL, "%s", err);
+        if (!b) return;
+        double c = delta_sim_copy_seconds_dir(&g, (double)big, true);
+        double lat = g.link_latency_s, work = c - lat;
+        delta_backend_copy(b, DELTA_STREAM_TO_HOST, NULL, NULL, big);
+        delta_event eh = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+        /* the second copy starts once issued */
+        double h1 = delta_backend_clock(b) + g.launch_host_s;
+        delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, NULL, NULL, big);
+        delta_event ed = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+        CHECK(near(eh.time, g.launch_host_s + c), "the first runs as alone");
+        /* the second overlaps the first for window seconds past its
+         * latency, at share of its rate, then runs alone */
+        double window = eh.time - h1 - lat, share = duplex[k] - 1;
+        double want = duplex[k] >= 2 ? c
+                      : work <= share * window
+                          ? lat + work / share
+                          : lat + window + (work - share * window);
+        CHECK(near(ed.time, h1 + want), "duplex %g: ends %.9g, want %.9g",
+              duplex[k], ed.time, h1 + want);
+        if (k == 0) CHECK(near(ed.time, h1 + c), "full duplex: as alone");
+        if (k == 2)
+            CHECK(ed.time > eh.time + 0.99 * work,
+                  "one shared engine: the second ends about a copy after the "
+                  "first (%.9g, %.9g)", ed.time, eh.time);
+        /* idle in the other direction: as alone again */
+        delta_backend_sync(b, ed);
+        double h2 = delta_backend_clock(b);
+        delta_backend_copy(b, DELTA_STREAM_TO_HOST, NULL, NULL, big);
+        delta_event e3 = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+        CHECK(near(e3.time, h2 + g.launch_host_s + c), "duplex %g alone",
+              duplex[k]);
+        delta_backend_free(b);
+    }
+}
+
 static void test_sim_host_bound(void) {
     delta_ctx *ctx = matmul_program(32);
     const delta_op *mm = &ctx->ops[0];
@@ -1042,6 +1092,7 @@ int main(void) {
     TEST_RUN(test_sim_presets);
     TEST_RUN(test_sim_deterministic);
     TEST_RUN(test_sim_clocks);
+    TEST_RUN(test_sim_shared_link);
     TEST_RUN(test_sim_host_bound);
     TEST_RUN(test_sim_device_bound);
     TEST_RUN(test_sim_roofline);

@@ -82,6 +82,8 @@ static void test_cpu_quick(void) {
               num(d, "kernel_gap_s") >= 0 && num(d, "launch_latency_s") >= 0,
           "host figures: launch %g, kernel %g", num(d, "launch_host_s"),
           num(d, "kernel_s"));
+    CHECK(num(d, "link_duplex") >= 1 && num(d, "link_duplex") <= 2,
+          "link_duplex %g", num(d, "link_duplex"));
     CHECK(!strcmp(str(d, "format"), "delta-device"), "format");
     const cJSON *eff = cJSON_GetObjectItem(d, "efficiency");
     static const char *const kinds[] = {"gemm", "conv2d", "conv2d_dx",
@@ -166,6 +168,9 @@ static void test_sim_gives_back_its_preset(void) {
         {"sync_wake_s", p->sync_wake_s, 1e-6},
         {"kernel_s", DELTA_SIM_LAUNCH_S, 1e-3},
         {"kernel_gap_s", 0, 0},
+        /* the presets' links are full duplex (the pair of copies is
+         * issued a launch apart) */
+        {"link_duplex", 2, 1e-3},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECK(close_to(num(d, want[i].key), want[i].want, want[i].rel),
@@ -348,6 +353,39 @@ static void refused(const char *path, const char *needle) {
                 "--gpu-file", path, "--out", dir);
 }
 
+/* A link whose directions share their rate: calibrating the sim of a file
+ * that says so gives the figure back (the pair of copies each way takes
+ * what the file's duplex makes it take), and a file without it reads as
+ * full duplex. */
+static void test_sim_gives_back_its_duplex(void) {
+    char dev[128], out[128], err[512];
+    path_in_tmp(dev, sizeof dev, "duplex.json");
+    path_in_tmp(out, sizeof out, "duplex_out.json");
+    const double duplex[] = {1, 1.5};
+    for (int k = 0; k < 2; k++) {
+        char extra[96]; /* memory for calibrate's keep steps */
+        snprintf(extra, sizeof extra,
+                 "\"memory_bytes\": 68719476736, \"link_duplex\": %g",
+                 duplex[k]);
+        write_device(dev, "memory_bytes", extra);
+        delta_gpu_preset *g = delta_gpu_file_load(dev, err, sizeof err);
+        CHECK(g && g->link_duplex == duplex[k], "read: %s", g ? "" : err);
+        delta_gpu_file_free(g);
+        CALIBRATE("--backend", "sim", "--gpu-file", dev, "--quick", "--out",
+                  out, "--quiet");
+        CHECK(res.status == 0, "status %d: %.600s", res.status, res.err);
+        cJSON *d = read_json_file(out);
+        CHECK(d && close_to(num(d, "link_duplex"), duplex[k], 1e-3),
+              "duplex %g given back as %g", duplex[k],
+              d ? num(d, "link_duplex") : -1);
+        cJSON_Delete(d);
+    }
+    write_device(dev, NULL, "");
+    delta_gpu_preset *g = delta_gpu_file_load(dev, err, sizeof err);
+    CHECK(g && g->link_duplex == 0, "no figure: full duplex (0)");
+    delta_gpu_file_free(g);
+}
+
 static void test_bad_files(void) {
     char path[128];
     path_in_tmp(path, sizeof path, "bad.json");
@@ -367,6 +405,9 @@ static void test_bad_files(void) {
         {"memory_bytes", "\"memory_bytes\": \"lots\"",
          "field 'memory_bytes' is a string"},
         {NULL, "\"kernel_s\": -1", "'kernel_s'"},
+        {NULL, "\"link_duplex\": 0.5", "'link_duplex' must be a number from 1"},
+        {NULL, "\"link_duplex\": 2.5", "'link_duplex' must be a number from 1"},
+        {NULL, "\"link_duplex\": \"half\"", "'link_duplex'"},
         {NULL, "\"efficiency\": {\"gemmm\": [[1, 1]]}", "efficiency.gemmm"},
         {NULL, "\"efficiency\": {\"gemm\": [[2, 1], [1, 1]]}",
          "efficiency.gemm's sizes must increase"},
@@ -420,6 +461,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_bad_files);
     TEST_RUN(test_out_not_regular);
     TEST_RUN(test_sim_gives_back_its_preset);
+    TEST_RUN(test_sim_gives_back_its_duplex);
     TEST_RUN(test_cpu_quick);
     cli_cleanup();
     TEST_MAIN_END();

@@ -78,6 +78,10 @@ typedef struct delta_gpu_preset {
      * cost model's constants: */
     double link_to_host_bytes_per_s;   /* 0: link_bytes_per_s */
     double link_to_device_bytes_per_s; /* 0: link_bytes_per_s */
+    double link_duplex;        /* both directions busy at once: their
+                                  summed rate over one direction's alone,
+                                  from 1 (one engine, shared) to 2 (full
+                                  duplex); 0: 2 */
     double kernel_s;           /* device time of an empty kernel (its
                                   shortest run and the gap before the
                                   next); 0: 5 us */

@@ -22,7 +22,7 @@
  *   elementwise,  efficiency = rate / hbm, by bytes
  *   reduction
  *   links         per direction, latency + bytes / rate through a small
- *                 and a large copy
+ *                 and a large copy; duplex, both directions at once
  * which is the cost model's t = kernel_s + flops / (peak x eff) read
  * backwards, so the sim gives back each measured time (where the compute
  * term is the larger one). */
@@ -88,6 +88,8 @@ struct delta_calibration {
     point pts[MAX_POINTS];
     int n_pts;
     link_dir link[2];            /* [0] to host, [1] to device */
+    double duplex_bytes[2], duplex_s; /* a copy each way at once ([0] to
+                                         host), and how long they took */
     point bf16;                  /* a BF16 GEMM; seconds 0: not measured
                                     (no BF16 kernels) */
     double gemm_host_s;          /* host time per small GEMM launch */
@@ -498,6 +500,59 @@ static double copy_time(delta_backend *b, delta_stream s, void *dev,
     return delta_median(t, k);
 }
 
+/* Both directions at once: a copy each way, sized so that each takes the
+ * same time alone (the shorter of the two directions' large copies, each
+ * within half the buffers), issued together on the two copy streams;
+ * r = the time the two take one after the other, alone, over the time they
+ * take together (the median of a few tries): 2 when the directions do not
+ * slow each other (PCIe is full duplex), 1 when they share one rate (one
+ * copy engine, or the host's memory the bound). The simulator runs the
+ * newer of two overlapping copies at (duplex - 1) of its rate and the
+ * older as issued, so that such a pair takes (3 - duplex) copies' time:
+ * duplex = 3 - 2 / r gives back the time measured (r 1.6, each way at 0.8
+ * of its rate: duplex 1.75). */
+static void measure_duplex(delta_calibration *c, delta_backend *b, void *dev,
+                           void *host, size_t cap) {
+    double tau = HUGE_VAL; /* seconds of transfer each way */
+    for (int d = 0; d < 2; d++)
+        tau = fmin(tau, fmin(c->link[d].large_bytes, (double)(cap / 2)) /
+                            c->link[d].bps);
+    size_t bytes[2];
+    double alone = 0;
+    for (int d = 0; d < 2; d++) {
+        bytes[d] = (size_t)(tau * c->link[d].bps) / 4096 * 4096;
+        if (bytes[d] < 4096) bytes[d] = 4096;
+        alone += c->link[d].latency_s + (double)bytes[d] / c->link[d].bps;
+    }
+    char *dv = dev, *hv = host;
+    double t[MAX_REPS];
+    int n = 0, reps = c->quick ? 3 : 5;
+    for (int r = 0; r < reps; r++) {
+        delta_backend_copy(b, DELTA_STREAM_TO_HOST, hv, dv, bytes[0]);
+        delta_event eh = delta_backend_record(b, DELTA_STREAM_TO_HOST);
+        delta_backend_copy(b, DELTA_STREAM_TO_DEVICE, dv + cap / 2,
+                           hv + cap / 2, bytes[1]);
+        delta_event ed = delta_backend_record(b, DELTA_STREAM_TO_DEVICE);
+        delta_backend_sync(b, eh);
+        delta_backend_sync(b, ed);
+        double h0, h1, d0, d1;
+        if (delta_backend_span(b, eh, &h0, &h1) &&
+            delta_backend_span(b, ed, &d0, &d1))
+            t[n++] = fmax(h1, d1) - fmin(h0, d0);
+    }
+    double both = delta_median(t, n);
+    c->duplex_bytes[0] = (double)bytes[0];
+    c->duplex_bytes[1] = (double)bytes[1];
+    c->duplex_s = both;
+    double r = both > 0 ? alone / both : 2;
+    r = r < 1 ? 1 : r > 2 ? 2 : r;
+    c->g.link_duplex = 3 - 2 / r;
+    logf_(c, "  link both ways (%.1f MiB to host, %.1f MiB to device): %.3f ms "
+          "together, %.3f ms one after the other (%.2fx): duplex %.2f\n",
+          (double)bytes[0] / (1 << 20), (double)bytes[1] / (1 << 20),
+          both * 1e3, alone * 1e3, r, c->g.link_duplex);
+}
+
 /* The link per direction: latency + bytes / rate through a small copy and
  * one sized to take about target_s (from a 1 MiB probe). */
 static bool measure_link(delta_calibration *c, delta_backend *b, char *err,
@@ -541,6 +596,7 @@ static bool measure_link(delta_calibration *c, delta_backend *b, char *err,
               l->latency_s * 1e6, l->small_bytes / 1024, l->small_s * 1e3,
               l->large_bytes / (1 << 20), l->large_s * 1e3);
     }
+    measure_duplex(c, b, dev, host, cap);
     delta_backend_host_free(b, host);
     delta_backend_arena_destroy(b);
     return true;
@@ -917,8 +973,9 @@ void delta_calibration_print(const delta_calibration *c, void *file) {
             c->bf16.seconds > 0 ? "" : "; bf16 taken the same",
             g->hbm_bytes_per_s / 1e9);
     fprintf(f, "  link     to host %.4g GB/s, to device %.4g GB/s, latency "
-            "%.1f us\n", g->link_to_host_bytes_per_s / 1e9,
-            g->link_to_device_bytes_per_s / 1e9, g->link_latency_s * 1e6);
+            "%.1f us, duplex %.2f\n", g->link_to_host_bytes_per_s / 1e9,
+            g->link_to_device_bytes_per_s / 1e9, g->link_latency_s * 1e6,
+            g->link_duplex);
     fprintf(f, "  host     launch %.2f us, library +%.2f us, launch latency "
             "%.2f us, wake-up %.2f us\n", g->launch_host_s * 1e6,
             g->library_host_s * 1e6, g->launch_latency_s * 1e6,
@@ -1025,6 +1082,13 @@ static cJSON *record_json(const delta_calibration *c) {
              add_num(o, "bytes_per_s", l->bps) &&
              add_num(o, "latency_s", l->latency_s);
     }
+    cJSON *both = link && ok ? cJSON_AddObjectToObject(link, "both_ways")
+                             : NULL;
+    if (link && ok)
+        ok = both && add_num(both, "to_host_bytes", c->duplex_bytes[0]) &&
+             add_num(both, "to_device_bytes", c->duplex_bytes[1]) &&
+             add_num(both, "seconds", c->duplex_s) &&
+             add_num(both, "duplex", c->g.link_duplex);
     cJSON *steps = ok && link ? cJSON_AddArrayToObject(r, "steps") : NULL;
     for (int i = 0; steps && ok && i < c->n_steps; i++) {
         const step_rec *st = &c->steps[i];

@@ -11,6 +11,7 @@
  *   "name", "description"                      optional strings
  *   the figures of fields[] below              required numbers
  *   "kernel_s", "kernel_gap_s"                 optional (5 us, 0)
+ *   "link_duplex"                              optional, 1 to 2 (2)
  *   "efficiency": {"gemm": [[flops, eff], ...], "elementwise": [[bytes,
  *                 eff], ...], ...}              optional curves per kind
  *   "op_factors": {"relu": 1.3, ...}           optional, per op type
@@ -372,6 +373,15 @@ delta_gpu_preset *delta_gpu_file_load(const char *path, char *err,
         goto fail;
     }
     g->kernel_gap_s = kg ? kg->valuedouble : 0;
+    const cJSON *ld = cJSON_GetObjectItemCaseSensitive(root, "link_duplex");
+    if (ld && (!cJSON_IsNumber(ld) || !(ld->valuedouble >= 1) ||
+               !(ld->valuedouble <= 2))) {
+        errf(err, err_len, "device file '%s': field 'link_duplex' must be a "
+             "number from 1 (both directions share one rate) to 2 (full "
+             "duplex), or left out: 2", path);
+        goto fail;
+    }
+    g->link_duplex = ld ? ld->valuedouble : 0;
     if (!read_efficiency(path, root, &gf->eff, err, err_len)) goto fail;
     if (!read_string(path, root, "name", "file", gf->name, sizeof gf->name,
                      err, err_len) ||
@@ -413,7 +423,9 @@ cJSON *delta_gpu_file_json(const delta_gpu_preset *g) {
     ok = ok &&
          cJSON_AddNumberToObject(o, "kernel_s", g->kernel_s > 0
                                  ? g->kernel_s : DELTA_SIM_LAUNCH_S) &&
-         cJSON_AddNumberToObject(o, "kernel_gap_s", g->kernel_gap_s);
+         cJSON_AddNumberToObject(o, "kernel_gap_s", g->kernel_gap_s) &&
+         cJSON_AddNumberToObject(o, "link_duplex",
+                                 g->link_duplex > 0 ? g->link_duplex : 2);
     const delta_sim_efficiency *eff = g->eff;
     cJSON *curves = ok && eff ? cJSON_AddObjectToObject(o, "efficiency") : NULL;
     for (int k = 0; ok && curves && k < DELTA_SIM_KIND_COUNT; k++) {

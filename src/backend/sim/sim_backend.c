@@ -21,7 +21,12 @@
  *                  bound: the term only matters for flop-heavy pointwise
  *                  ops such as GELU)
  *     eff_mem      0.8 of the HBM bandwidth (what STREAM-like kernels reach)
- *   a copy on a copy stream: latency + bytes / link_bytes_per_s;
+ *   a copy on a copy stream: latency + bytes / link_bytes_per_s; while
+ *     the other direction's stream is still busy, at (link_duplex - 1) of
+ *     that rate (a device file's measured duplex; full duplex, 2, where it
+ *     gives none: the newer copy has the share the link has left over, the
+ *     older one runs on as issued, which keeps every clock already handed
+ *     out in an event true);
  *   a copy on the compute stream (a device-side move): launch +
  *     2 bytes / (hbm * eff_mem) (read and write);
  *   a collective op (COMM stream) over P ranks of the op's input bytes B:
@@ -238,6 +243,22 @@ static void sim_collective(void *ctx, const delta_kargs *k) {
     add_item(sb, DELTA_STREAM_COMM, t0, *c);
 }
 
+/* Seconds of a copy of `bytes` in one direction that starts while the
+ * other direction stays busy for `busy_s` more seconds (<= 0: idle): the
+ * link's latency, then its transfer at (duplex - 1) of the direction's
+ * rate while they overlap and at the whole rate after. */
+static double shared_copy_seconds(const delta_gpu_preset *gpu, double bytes,
+                                  bool to_host, double busy_s) {
+    double alone = delta_sim_copy_seconds_dir(gpu, bytes, to_host);
+    double duplex = gpu->link_duplex > 0 ? gpu->link_duplex : 2;
+    if (duplex >= 2 || busy_s <= gpu->link_latency_s) return alone;
+    double work = alone - gpu->link_latency_s; /* at the whole rate */
+    double window = busy_s - gpu->link_latency_s;
+    double share = duplex - 1;
+    if (work <= share * window) return gpu->link_latency_s + work / share;
+    return gpu->link_latency_s + window + (work - share * window);
+}
+
 static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
                      size_t bytes) {
     sim_backend *sb = ctx;
@@ -256,8 +277,11 @@ static void sim_copy(void *ctx, delta_stream s, void *dst, const void *src,
     }
     sb->host += sb->gpu->launch_host_s;
     double t0 = max2(sb->clock[s], sb->host);
-    sb->clock[s] = t0 + delta_sim_copy_seconds_dir(
-                            sb->gpu, (double)bytes, s == DELTA_STREAM_TO_HOST);
+    delta_stream other = s == DELTA_STREAM_TO_HOST ? DELTA_STREAM_TO_DEVICE
+                                                   : DELTA_STREAM_TO_HOST;
+    sb->clock[s] = t0 + shared_copy_seconds(sb->gpu, (double)bytes,
+                                            s == DELTA_STREAM_TO_HOST,
+                                            sb->clock[other] - t0);
     add_item(sb, s, t0, sb->clock[s]);
 }
 

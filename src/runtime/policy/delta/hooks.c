@@ -20,6 +20,8 @@
 #define MARGIN_MAX 4       /* ... tightened up to budget / this */
 #define LOST_BY 1.25       /* a mode this much slower than the best is
                               not measured again when the times drift */
+#define MISSED 0.05        /* a full plan whose step runs this much over
+                              its prediction has the other one tried */
 
 /* Next access of r after op (the next step's first access, + n, for a
  * persistent root past its last one); -1 when none. */
@@ -73,17 +75,45 @@ static bool is_gone(const managed *m, int r, int gone, int at) {
     return !v->persistent && v->last_use >= 0 && v->last_use < at;
 }
 
+/* One estimate's walk: the producers looked at, and the gone tensors it
+ * has brought back. The runtime pins all of an op's activation inputs
+ * before it makes the first resident, so a gone input recomputed inside
+ * an earlier input's chain is still there when its own turn comes: a
+ * residual block's shortcut, recomputed inside the main branch's chain
+ * (its first convolution reads it), is not recomputed again for the add.
+ * Walking it twice, each time under the other branch's output, summed a
+ * tensor per block over the whole network (ResNet-50 at batch 5143 on the
+ * simulated A100: an 83 GB estimate for a 16 GB tensor, so the drop was
+ * refused and swapped, 14.3 s a step against 13.4). */
+typedef struct recomp_walk {
+    int visits;
+    int n_back;
+    int back[2 * RECOMP_VISITS];
+} recomp_walk;
+
+/* Whether r is gone (is_gone) and this walk has not brought it back. */
+static bool walk_gone(const managed *m, const recomp_walk *w, int r,
+                      int gone, int at) {
+    return !root_listed(w->back, w->n_back, r) && is_gone(m, r, gone, at);
+}
+
+static void walk_back(recomp_walk *w, int r) {
+    /* a full list only forgets: the estimate can only grow */
+    if (w->n_back < 2 * RECOMP_VISITS && !root_listed(w->back, w->n_back, r))
+        w->back[w->n_back++] = r;
+}
+
 /* Peak device bytes of recomputing root r at op `at`, on top of what is
  * already held: its producer's non-persistent inputs (each one that is
  * gone by then is itself recomputed first, under the others,
- * recursively), then its outputs that are gone and its workspace.
- * *visits bounds the walk (a residual network's dropped block outputs
- * reach back far); past it the estimate stops where it is. */
+ * recursively), then its outputs that are gone and its workspace. The
+ * walk's visits bound it (a residual network's dropped block outputs
+ * reach back far); past the bound the estimate stops where it is. */
 static size_t recompute_peak(const managed *m, int r, int gone, int at,
-                             int *visits) {
+                             recomp_walk *w) {
     const delta_ctx *c = managed_ctx(m);
     const delta_op *po = &c->ops[managed_root(m, r)->producer];
-    if (++*visits > RECOMP_VISITS) return 0;
+    if (++w->visits > RECOMP_VISITS) return 0;
     /* the runtime pins an op's activation inputs before it makes any of
      * them resident: the ones still there are held while each gone one is
      * recomputed, in order */
@@ -95,19 +125,24 @@ static size_t recompute_peak(const managed *m, int r, int gone, int at,
         if (managed_root(m, a)->persistent || root_listed(seen, n_seen, a))
             continue;
         seen[n_seen++] = a;
-        if (is_gone(m, a, gone, at)) gone_in[n_gone++] = a;
+        if (walk_gone(m, w, a, gone, at)) gone_in[n_gone++] = a;
         else held += managed_root(m, a)->bytes;
     }
     for (int j = 0; j < n_gone; j++) {
-        size_t in = held + recompute_peak(m, gone_in[j], gone, at, visits);
-        if (in > peak) peak = in;
+        /* brought back by an earlier input's chain: there already */
+        if (walk_gone(m, w, gone_in[j], gone, at)) {
+            size_t in = held + recompute_peak(m, gone_in[j], gone, at, w);
+            if (in > peak) peak = in;
+        }
         held += managed_root(m, gone_in[j])->bytes;
     }
     held += po->workspace;
     for (int j = 0; j < po->n_out; j++) {
         int o = delta_tensor_root(c, po->out[j]);
-        if (o == r || is_gone(m, o, gone, at))
+        if (o == r || walk_gone(m, w, o, gone, at)) {
             held += managed_root(m, o)->bytes;
+            walk_back(w, o);
+        }
     }
     return held > peak ? held : peak;
 }
@@ -134,9 +169,9 @@ static bool fits_at_next_use(managed *m, int r, int gone) {
      * alignment, swap-outs still in flight) gets 1/32 of the budget: at
      * ResNet-50 w8 b32 at 10% on the cpu a chain estimated 3 KiB under
      * the budget failed by 1 KiB */
-    int visits = 0;
+    recomp_walk w = {0};
     size_t budget = managed_budget(m);
-    return base + recompute_peak(m, r, gone, nx, &visits) <=
+    return base + recompute_peak(m, r, gone, nx, &w) <=
            budget - budget / MARGIN_MIN;
 }
 
@@ -320,6 +355,7 @@ static void *delta_hook_create(managed *m) {
     p->dtr = delta_policy_dtr.create(m);
     p->margin = managed_budget(m) / MARGIN_MIN;
     p->online_margin = managed_budget(m) / MARGIN_MIN;
+    p->full_first = MODE_PLAN_FULL;
     if (!p->ema || !p->plan_t || !p->root_first || !p->stamp || !p->pending ||
         !p->rd_first || !p->redo || !p->dtr) {
         delta_hook_destroy(p);
@@ -336,10 +372,14 @@ static void *delta_hook_create(managed *m) {
  * optimizer state left in the host store), then the fastest measured, all
  * tried again when the times drift. */
 static mode next_mode(delta_pol *p) {
-    /* the hidden swaps first, then the full plan: most often the fastest,
-     * so the last trial runs on into the chosen mode */
+    /* the hidden swaps first, then the full plan predicted faster (most
+     * often the fastest, so the last trial runs on into the chosen mode),
+     * then the other full plan when the first missed its prediction (left
+     * untried, 0, by end_step then) */
     if (p->mode_s[MODE_PLAN_FREE] <= 0) return MODE_PLAN_FREE;
-    if (p->mode_s[MODE_PLAN_FULL] <= 0) return MODE_PLAN_FULL;
+    if (p->mode_s[p->full_first] <= 0) return p->full_first;
+    mode other = dp_other_full(p->full_first);
+    if (p->mode_s[other] <= 0) return other;
     mode best = MODE_ONLINE;
     for (int k = 0; k < MODE_COUNT; k++)
         if (p->mode_s[k] > 0 && p->mode_s[k] < p->mode_s[best]) best = (mode)k;
@@ -360,6 +400,48 @@ static double online_s(const delta_pol *p) {
     return a;
 }
 
+/* Before any trial both full plans are priced against the online step
+ * measured. A full plan is not tried when it predicts a slower step, when
+ * it does not cover the target and the other does, or when it makes the
+ * other's decisions (one trial for one plan); of those left the one
+ * predicted faster is tried first. When neither is left, no planned mode
+ * is tried (a trial costs two steps; recomputation costs are
+ * exact, swaps' at best optimistic), not even the hidden swaps with the
+ * rest online: when a full plan, which may use every hidden swap, cannot
+ * beat the online step, the swaps alone seldom do, and a trial leaves the
+ * online steps after it with a scattered arena (measured on the sim:
+ * 0.5-1.5% slower steps for the rest of the run). A mode priced out is
+ * never chosen (until the times drift): its prediction against noisy
+ * online steps would pick it now and then for a trial it lost already on
+ * paper. */
+static void price_full_plans(delta_pol *p, managed *m) {
+    static const mode full[2] = {MODE_PLAN_FULL, MODE_PLAN_RECOMP};
+    double pred[2];
+    bool covers[2], built[2];
+    uint64_t sig[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        built[i] = dp_plan_build(p, m, full[i]);
+        pred[i] = built[i] ? p->T + p->plan_cost : HUGE_VAL;
+        covers[i] = built[i] && p->plan_covers;
+        sig[i] = p->plan_sig;
+    }
+    double on = online_s(p);
+    bool out[2];
+    for (int i = 0; i < 2; i++)
+        out[i] = !built[i] || pred[i] > on || (!covers[i] && covers[1 - i]);
+    /* the same decisions twice: the free plan stands for both */
+    if (built[0] && built[1] && sig[0] == sig[1]) out[1] = true;
+    for (int i = 0; i < 2; i++) {
+        p->pred_s[full[i]] = pred[i];
+        if (out[i]) p->mode_s[full[i]] = HUGE_VAL;
+    }
+    p->full_first = out[0] || (!out[1] && pred[1] < pred[0])
+                        ? MODE_PLAN_RECOMP : MODE_PLAN_FULL;
+    p->priced_out = out[0] && out[1];
+    if (p->priced_out) p->mode_s[MODE_PLAN_FREE] = HUGE_VAL;
+    p->priced = true;
+}
+
 static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
                                   bool fwd_only) {
     delta_pol *p = pp;
@@ -372,27 +454,7 @@ static void delta_hook_begin_step(void *pp, managed *m, int64_t step,
     managed_set_soft_limit(m, 0);
     if (fwd_only || !p->have_times) return;
     p->prev_mode = p->steps > 0 ? p->cur_mode : MODE_ONLINE;
-    if (!p->priced && online_s(p) > 0) {
-        /* before any trial, the full plan is priced: when it predicts a
-         * slower step than the online one measured, no planned mode is
-         * tried (a trial costs two steps; the plan's recomputation costs
-         * are exact, its swaps' at best optimistic), not even the hidden
-         * swaps with the rest online: when the full plan, which may use
-         * every hidden swap, cannot beat the online step, the swaps alone
-         * seldom do, and a trial leaves the online steps after it with a
-         * scattered arena (measured on the sim: 0.5-1.5% slower steps for
-         * the rest of the run) */
-        if (!p->planned || p->replan || p->plan_mode != MODE_PLAN_FULL)
-            dp_plan_build(p, m, MODE_PLAN_FULL);
-        p->priced_out = p->planned &&
-                        p->T + p->plan_cost > online_s(p);
-        /* a mode priced out is never chosen (until the times drift): its
-         * prediction against noisy online steps would pick it now and then
-         * for a trial it lost already on paper */
-        if (p->priced_out)
-            p->mode_s[MODE_PLAN_FULL] = p->mode_s[MODE_PLAN_FREE] = HUGE_VAL;
-        p->priced = true;
-    }
+    if (!p->priced && online_s(p) > 0) price_full_plans(p, m);
     p->cur_mode = next_mode(p);
     if (dp_mode_planned(p->cur_mode) &&
         (!p->planned || p->replan || p->plan_mode != p->cur_mode))
@@ -447,6 +509,13 @@ static void delta_hook_end_step(void *pp, managed *m, bool ok) {
             slower = true;
         }
         p->mode_s[k] = t; /* selection goes by the latest steady step */
+        /* the first full plan measured: the other is tried only when this
+         * one missed its prediction (the link model, not the plan, is the
+         * likely error then: its swaps' transfers did not hide as priced) */
+        mode other = dp_other_full(k);
+        if (k == p->full_first && p->mode_s[other] == 0 &&
+            t <= (1 + MISSED) * p->pred_s[k])
+            p->mode_s[other] = HUGE_VAL;
         /* the online filter with and without headroom is a choice made
          * once: the steps after a switch back run on an arena the other
          * left scattered (more moves), and a second trial would measure
@@ -476,7 +545,7 @@ static void delta_hook_end_step(void *pp, managed *m, bool ok) {
         p->mode_s[p->cur_mode] = p->best_s[p->cur_mode];
         p->frozen = true;
         p->replan = true;
-    } else if (p->online_victims > 0 && p->cur_mode == MODE_PLAN_FULL &&
+    } else if (p->online_victims > 0 && dp_mode_full(p->cur_mode) &&
                p->steady && !p->frozen &&
                t > p->T + p->plan_cost + SHORT_SLACK * p->T) {
         /* the plan fell short and the online help cost more than a small
@@ -609,7 +678,7 @@ static void delta_hook_on_event(void *pp, managed *m, int r,
         /* the planned layout of this step's allocations does not fit in
          * addresses although it fits in bytes: tighten the target by the
          * excess and plan again, so the next plan fits in both */
-        if (!p->guided || p->cur_mode != MODE_PLAN_FULL || p->frozen ||
+        if (!p->guided || !dp_mode_full(p->cur_mode) || p->frozen ||
             !p->steady)
             return; /* a switch's step is not the plan's trace */
         size_t cap = managed_budget(m) / MARGIN_MAX;

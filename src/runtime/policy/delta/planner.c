@@ -177,46 +177,28 @@ static bool plan_use(delta_pol *p, mode md) {
     return true;
 }
 
-/* Whether plan a is better than plan b: one that covers the target beats
- * one that does not, then the cheaper. */
-static bool plan_better(const ks_result *a, const ks_result *b) {
-    if ((a->worst_excess <= 0) != (b->worst_excess <= 0))
-        return a->worst_excess <= 0;
-    return a->cost < b->cost;
+/* A hash of plan's decisions (candidate and how), so two solves that chose
+ * alike are known to be one plan. */
+static uint64_t plan_signature(const delta_pol *p) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (int k = 0; k < p->n_c; k++) {
+        if (p->c[k].how == HOW_NONE) continue;
+        uint64_t v = (uint64_t)k * 4 + (uint64_t)p->c[k].how;
+        for (int b = 0; b < 8; b++) {
+            h ^= (v >> (8 * b)) & 0xff;
+            h *= 1099511628211ull;
+        }
+    }
+    return h;
 }
 
-/* The plan for mode md. The full plan is solved twice, with the director
- * free to swap or recompute each release, and recomputing every release it
- * can (swapping only the rest), and the cheaper is kept: when many swaps
- * compete for the link, the FIFO model prices their transfers as if the
- * deadlines it accepted all held, while recomputation costs are exact on
- * the compute stream (measured on the sim: the free director's plan
- * predicted 1.31x and ran 1.20x at GPT-2 40% on the V100, the
- * recompute-first one predicted and ran 1.06x). */
+/* The plan for mode md: the director free to choose (PLAN_FULL), only
+ * swaps that cost nothing (PLAN_FREE), or recomputing every release it can
+ * and swapping only the rest (PLAN_RECOMP). */
 bool dp_plan_build(delta_pol *p, managed *m, mode md) {
-    ks_result free_dir, rec_first;
-    if (md != MODE_PLAN_FULL)
-        return plan_solve(p, m, md, false, &free_dir) && plan_use(p, md);
-    if (!plan_solve(p, m, md, false, &free_dir)) return false;
-    /* the decisions the steps follow are the candidates and their per-root
-     * lists: kept while the other plan is solved */
-    size_t cb = sizeof(cand) * (size_t)p->n_c;
-    size_t rb = sizeof(int) * (size_t)p->n_roots;
-    cand *c = malloc(cb + 1);
-    int *first = malloc(rb + 1);
-    double cost = p->plan_cost;
-    bool ok = c && first;
-    if (ok) {
-        memcpy(c, p->c, cb);
-        memcpy(first, p->root_first, rb);
-        ok = plan_solve(p, m, md, true, &rec_first);
-    }
-    if (ok && !plan_better(&rec_first, &free_dir)) {
-        memcpy(p->c, c, cb);
-        memcpy(p->root_first, first, rb);
-        p->plan_cost = cost;
-    }
-    free(c);
-    free(first);
-    return ok && plan_use(p, md);
+    ks_result res;
+    if (!plan_solve(p, m, md, md == MODE_PLAN_RECOMP, &res)) return false;
+    p->plan_covers = res.worst_excess <= 0;
+    p->plan_sig = plan_signature(p);
+    return plan_use(p, md);
 }
