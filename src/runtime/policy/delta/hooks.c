@@ -103,6 +103,21 @@ static void walk_back(recomp_walk *w, int r) {
         w->back[w->n_back++] = r;
 }
 
+/* The distinct non-persistent input roots of op o but `skip` (-1: none)
+ * into in[]: the activations the runtime pins while o runs. */
+static int activation_inputs(const managed *m, const delta_op *o, int skip,
+                             int in[DELTA_MAX_OP_IN]) {
+    const delta_ctx *c = managed_ctx(m);
+    int n = 0;
+    for (int j = 0; j < o->n_in; j++) {
+        int a = delta_tensor_root(c, o->in[j]);
+        if (a != skip && !managed_root(m, a)->persistent &&
+            !root_listed(in, n, a))
+            in[n++] = a;
+    }
+    return n;
+}
+
 /* Peak device bytes of recomputing root r at op `at`, on top of what is
  * already held: its producer's non-persistent inputs (each one that is
  * gone by then is itself recomputed first, under the others,
@@ -117,16 +132,12 @@ static size_t recompute_peak(const managed *m, int r, int gone, int at,
     /* the runtime pins an op's activation inputs before it makes any of
      * them resident: the ones still there are held while each gone one is
      * recomputed, in order */
-    int gone_in[DELTA_MAX_OP_IN], seen[DELTA_MAX_OP_IN];
-    int n_gone = 0, n_seen = 0;
+    int gone_in[DELTA_MAX_OP_IN], in[DELTA_MAX_OP_IN];
+    int n_gone = 0, n_in = activation_inputs(m, po, -1, in);
     size_t held = 0, peak = 0;
-    for (int j = 0; j < po->n_in; j++) {
-        int a = delta_tensor_root(c, po->in[j]);
-        if (managed_root(m, a)->persistent || root_listed(seen, n_seen, a))
-            continue;
-        seen[n_seen++] = a;
-        if (walk_gone(m, w, a, gone, at)) gone_in[n_gone++] = a;
-        else held += managed_root(m, a)->bytes;
+    for (int j = 0; j < n_in; j++) {
+        if (walk_gone(m, w, in[j], gone, at)) gone_in[n_gone++] = in[j];
+        else held += managed_root(m, in[j])->bytes;
     }
     for (int j = 0; j < n_gone; j++) {
         /* brought back by an earlier input's chain: there already */
@@ -154,17 +165,10 @@ static bool fits_at_next_use(managed *m, int r, int gone) {
     int now = managed_cur_op(m);
     int nx = managed_next_use(m, r, now < 0 ? 0 : now);
     if (nx < 0) return true;
-    const delta_op *user = &c->ops[nx];
     size_t base = 0;
-    int seen[DELTA_MAX_OP_IN];
-    int n_seen = 0;
-    for (int j = 0; j < user->n_in; j++) {
-        int a = delta_tensor_root(c, user->in[j]);
-        const root_view *av = managed_root(m, a);
-        if (a == r || av->persistent || root_listed(seen, n_seen, a)) continue;
-        seen[n_seen++] = a;
-        base += av->bytes;
-    }
+    int in[DELTA_MAX_OP_IN];
+    int n_in = activation_inputs(m, &c->ops[nx], r, in);
+    for (int j = 0; j < n_in; j++) base += managed_root(m, in[j])->bytes;
     /* what the estimate leaves out (the chain's weights and statistics,
      * alignment, swap-outs still in flight) gets 1/32 of the budget: at
      * ResNet-50 w8 b32 at 10% on the cpu a chain estimated 3 KiB under
