@@ -15,13 +15,14 @@
 # tries its modes in its first steps). Writes the tables to OUT (default
 # build/bench_cuda.md), ready for docs/RESULTS.md, and prints them.
 # PRECISION=bf16 runs both sides in bf16 (delta --precision bf16, PyTorch
-# autocast bf16); STEPS (default 12), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
+# autocast bf16); STEPS (default 16: delta measures its second full plan
+# when the first misses its prediction, up to its ninth step), POLICIES, BUDGETS, ONLY=resnet50|gpt2 narrow it;
 # MAXBATCH=0 skips part 3; CELLS=DIR keeps the raw cells;
 # PYTHON picks the python whose torch has CUDA (default: python3 on PATH).
 # Last, PyTorch's own memory tools beside delta at its budgets (block below).
 set -u
 bin=${1:-build/delta}
-steps=${STEPS:-12}
+steps=${STEPS:-16}
 out=${OUT:-build/bench_cuda.md}
 sim_gpu=${SIM_GPU:-h200-141g}
 policies=${POLICIES:-"delta swap checkpoint dtr capuchin autoswap"}
