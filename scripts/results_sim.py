@@ -27,7 +27,7 @@ every figure here. Environment: STEPS (default 12), JOBS (parallel runs,
 default 2), RES (default 0.01), ONLY (a row key, for a quick look),
 RUN_TIMEOUT (seconds of real time per run, default 150; a run still going
 then counts as failing its threshold), MB_TIMEOUT (per maxbatch search,
-default 900), MB_DEVICES (default a100-80g: the fp32 rows searched),
+default 900), MB_DEVICES (default a100-80g,h200-measured: the fp32 rows searched),
 MP_MODELS (row keys, default resnet50,bert384,gpt2l) and MP_DEVICES (default
 h100-80g,h200-141g): the mixed-precision rows, MB_MP (default 1: search their
 largest batch too; 0 leaves it out), MB_RESUME (see run_maxbatch), MODE (render, maxbatch or why: see
@@ -53,7 +53,7 @@ RES = float(os.environ.get("RES", "0.01"))
 ONLY = os.environ.get("ONLY", "")
 RUN_TIMEOUT = float(os.environ.get("RUN_TIMEOUT", "150"))
 MB_TIMEOUT = float(os.environ.get("MB_TIMEOUT", "900"))
-MB_DEVICES = os.environ.get("MB_DEVICES", "a100-80g").split(",")
+MB_DEVICES = os.environ.get("MB_DEVICES", "a100-80g,h200-measured").split(",")
 MP_MODELS = os.environ.get("MP_MODELS", "resnet50,bert384,gpt2l").split(",")
 MP_DEVICES = os.environ.get("MP_DEVICES", "h100-80g,h200-141g").split(",")
 MB_MP = os.environ.get("MB_MP", "1") != "0"
