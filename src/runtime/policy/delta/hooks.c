@@ -439,7 +439,7 @@ static void price_full_plans(delta_pol *p, managed *m) {
         p->pred_s[full[i]] = pred[i];
         if (out[i]) p->mode_s[full[i]] = HUGE_VAL;
     }
-    p->full_first = out[0] || (!out[1] && pred[1] < pred[0])
+    p->full_first = (out[0] || (!out[1] && pred[1] < pred[0]))
                         ? MODE_PLAN_RECOMP : MODE_PLAN_FULL;
     p->priced_out = out[0] && out[1];
     if (p->priced_out) p->mode_s[MODE_PLAN_FREE] = HUGE_VAL;
