@@ -310,7 +310,7 @@ static delta_step_stats h100_gpt2_delta(double duplex, int n,
  * when the first runs well over its prediction. On a link whose two
  * directions share one rate, which its link model (a rate per direction)
  * does not know, the free plan's swaps out and in overlap and compute
- * waits for them: 0.217 s a step predicted ~0.195 (GPT-2 small at 50%);
+ * waits for them: 0.217 s a step predicted 0.194 (GPT-2 small at 50%);
  * without a second plan delta went back online, 0.2036 s; the
  * recompute-first plan, measured then, runs 0.1952 s and is kept, faster
  * than the online profile. On the preset's full-duplex link the free plan
