@@ -97,14 +97,20 @@ static void test_delta_meets_every_peer_budget(void) {
     delta_backend_free(be);
 }
 
+/* The simulated `gpu`, or NULL (a failed check) when it cannot be made. */
+static delta_backend *sim_backend(const char *gpu) {
+    char err[256] = "";
+    delta_backend *be = delta_backend_sim_new(
+        &(delta_sim_backend_opts){.gpu = gpu}, err, sizeof err);
+    CHECK(be != NULL, "sim backend %s: %s", gpu, err);
+    return be;
+}
+
 /* ResNet-50 224x224 batch 64 (SGD) on the simulated H100 at 620 and 700
  * MiB (keep: 5.3 GiB; the minimum 588 MiB): autoswap trains, so delta
  * must, its high-water mark within the budget (train() checks it). */
 static void test_delta_meets_peers_sim_resnet50(void) {
-    char err[256] = "";
-    delta_backend *be = delta_backend_sim_new(
-        &(delta_sim_backend_opts){.gpu = "h100-80g"}, err, sizeof err);
-    CHECK(be != NULL, "sim backend: %s", err);
+    delta_backend *be = sim_backend("h100-80g");
     if (!be) return;
     static const model_case mc = {
         "resnet50-b64", {.name = "resnet50", .batch = 64, .image_size = 224,
@@ -142,10 +148,7 @@ static void test_delta_meets_peers_sim_resnet50(void) {
  * recomputing a 16 GB tensor, and the online step swapped 19.7 GB
  * instead of dropping (14.5 s a step against 13.3). */
 static void test_delta_drops_what_it_can_recompute(void) {
-    char err[256] = "";
-    delta_backend *be = delta_backend_sim_new(
-        &(delta_sim_backend_opts){.gpu = "a100-80g"}, err, sizeof err);
-    CHECK(be != NULL, "sim backend: %s", err);
+    delta_backend *be = sim_backend("a100-80g");
     if (!be) return;
     static const model_case mc = {
         "resnet50-b5143", {.name = "resnet50", .batch = 5143,

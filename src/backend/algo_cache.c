@@ -1,6 +1,7 @@
 /* Tuned kernel choices kept between runs (algo_cache.h). */
 #include "backend/algo_cache.h"
 #include "core/files.h"
+#include "core/grow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,13 +43,8 @@ static bool add(delta_algo_cache *c, const char *key, int algo, size_t bytes) {
         old->bytes = bytes;
         return true;
     }
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 64;
-        entry *grown = realloc(c->e, (size_t)cap * sizeof *grown);
-        if (!grown) return false;
-        c->e = grown;
-        c->cap = cap;
-    }
+    if (!delta_grow((void **)&c->e, &c->cap, c->n + 1, sizeof *c->e, 64))
+        return false;
     char *k = strdup(key);
     if (!k) return false;
     c->e[c->n++] = (entry){k, algo, bytes};

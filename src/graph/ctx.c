@@ -2,6 +2,7 @@
  * first recoverable error. Tensor records are allocated one by one so the
  * handles given to callers stay valid as the graph grows. */
 #include "graph/graph_impl.h"
+#include "core/grow.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,17 +47,6 @@ void *delta_ctx_fail(delta_ctx *ctx, delta_status s, const char *fmt, ...) {
     return NULL;
 }
 
-static bool grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return true;
-    int nc = *cap ? *cap * 2 : 64;
-    while (nc < need) nc *= 2;
-    void *q = realloc(*p, (size_t)nc * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = nc;
-    return true;
-}
-
 delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
                                delta_dtype dtype, int ndim,
                                const int64_t *shape, const char *name) {
@@ -96,8 +86,8 @@ delta_tensor *delta_tensor_new(delta_ctx *ctx, delta_tensor_kind kind,
                               "elements; make a dimension (the batch, a "
                               "length or a width) smaller", label, dims);
     }
-    if (!grow((void **)&ctx->tensors, &ctx->cap_tensors, ctx->n_tensors + 1,
-              sizeof *ctx->tensors))
+    if (!delta_grow((void **)&ctx->tensors, &ctx->cap_tensors,
+                    ctx->n_tensors + 1, sizeof *ctx->tensors, 64))
         return delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
     delta_tensor *t = calloc(1, sizeof *t);
     if (!t) return delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
@@ -197,8 +187,8 @@ delta_tensor *delta_ctx_find(const delta_ctx *ctx, const char *name) {
 delta_op *delta_op_append(delta_ctx *ctx, delta_op_type type,
                           const delta_tensor *const *ins, int n_in) {
     DELTA_ASSERT(n_in >= 0 && n_in <= DELTA_MAX_OP_IN);
-    if (!grow((void **)&ctx->ops, &ctx->cap_ops, ctx->n_ops + 1,
-              sizeof *ctx->ops))
+    if (!delta_grow((void **)&ctx->ops, &ctx->cap_ops, ctx->n_ops + 1,
+                    sizeof *ctx->ops, 64))
         return delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
     delta_op *op = &ctx->ops[ctx->n_ops];
     memset(op, 0, sizeof *op);
@@ -235,8 +225,8 @@ bool delta_ctx_renumber_tensors(delta_ctx *ctx, const int *new_id) {
     for (int i = 0; i < n; i++) keep += new_id[i] >= 0;
     delta_tensor **order = malloc((size_t)(keep ? keep : 1) * sizeof *order);
     if (!order ||
-        !grow((void **)&ctx->retired, &ctx->cap_retired,
-              ctx->n_retired + (n - keep), sizeof *ctx->retired)) {
+        !delta_grow((void **)&ctx->retired, &ctx->cap_retired,
+                    ctx->n_retired + (n - keep), sizeof *ctx->retired, 64)) {
         free(order);
         delta_ctx_fail(ctx, DELTA_ERR_NOMEM, "out of host memory");
         return false;

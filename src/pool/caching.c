@@ -10,6 +10,7 @@
  * Best fit is a linear scan over the table: this is a measuring device, not
  * a hot path. */
 #include "delta/pool.h"
+#include "core/grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,13 +77,9 @@ static int block_take(delta_caching *c) {
         i = c->spare;
         c->spare = c->b[i].next;
     } else {
-        if (c->n_b == c->cap_b) {
-            int nc = c->cap_b ? 2 * c->cap_b : 256;
-            cblock *nb = realloc(c->b, (size_t)nc * sizeof *nb);
-            if (!nb) return -1;
-            c->b = nb;
-            c->cap_b = nc;
-        }
+        if (!delta_grow((void **)&c->b, &c->cap_b, c->n_b + 1, sizeof *c->b,
+                        256))
+            return -1;
         i = c->n_b++;
     }
     memset(&c->b[i], 0, sizeof c->b[i]);
@@ -114,13 +111,9 @@ delta_status delta_caching_alloc(delta_caching *c, size_t bytes, int *handle) {
             best = i;
     }
     if (best < 0) { /* a new segment, appended above the others */
-        if (c->n_seg == c->cap_seg) {
-            int nc = c->cap_seg ? 2 * c->cap_seg : 64;
-            cseg *ns = realloc(c->seg, (size_t)nc * sizeof *ns);
-            if (!ns) return DELTA_ERR_NOMEM;
-            c->seg = ns;
-            c->cap_seg = nc;
-        }
+        if (!delta_grow((void **)&c->seg, &c->cap_seg, c->n_seg + 1,
+                        sizeof *c->seg, 64))
+            return DELTA_ERR_NOMEM;
         best = block_take(c);
         if (best < 0) return DELTA_ERR_NOMEM;
         size_t ss = segment_size(size);

@@ -42,6 +42,7 @@
  * off (docs/CUDA.md). */
 #include "backend/algo_cache.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/grow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -428,13 +429,9 @@ static const algo_choice *choose(delta_cudnn *d, delta_op_type type,
     if (!timed_choice(d, type, g, dt, ws_bytes, &tmp->algo, &tmp->memory) &&
         !query(d, type, dt, ws_bytes, &tmp->algo, &tmp->memory))
         return NULL;
-    if (d->n_choices == d->cap_choices) {
-        int cap = d->cap_choices ? 2 * d->cap_choices : 64;
-        algo_choice *grown = realloc(d->choices, (size_t)cap * sizeof *grown);
-        if (!grown) return tmp;
-        d->choices = grown;
-        d->cap_choices = cap;
-    }
+    if (!delta_grow((void **)&d->choices, &d->cap_choices, d->n_choices + 1,
+                    sizeof *d->choices, 64))
+        return tmp;
     d->choices[d->n_choices] = *tmp;
     return &d->choices[d->n_choices++];
 }
