@@ -687,14 +687,18 @@ static void ops_match_cpu(delta_backend *be, bool bf16) {
     printf("  convolutions on %s (heuristics within the declared "
            "workspace)\n", path);
     ops_against_cpu(be, false, bf16, false);
-    /* and the lowering cuDNN leaves unused: a backend without it */
+    /* and the routes left unused: a backend without cuDNN (the lowering)
+     * and without linear's bias epilogue (a GEMM, then the bias) */
     setenv("DELTA_CUDNN", "0", 1);
+    setenv("DELTA_GEMM_EPILOGUE", "0", 1);
     char err[400];
     delta_backend *b2 = delta_backend_cuda_new(NULL, err, sizeof err);
     unsetenv("DELTA_CUDNN");
+    unsetenv("DELTA_GEMM_EPILOGUE");
     CHECK(b2 != NULL, "a second cuda backend: %s", err);
     if (!b2) return;
-    printf("  convolutions on %s\n", delta_cuda_conv_path(b2));
+    printf("  convolutions on %s, linear's bias in a pass of its own\n",
+           delta_cuda_conv_path(b2));
     CHECK(strncmp(delta_cuda_conv_path(b2), "cuDNN", 5) != 0,
           "DELTA_CUDNN=0 turns cuDNN off");
     ops_against_cpu(b2, false, bf16, true);

@@ -147,6 +147,16 @@ static void test_linear(void) {
     x = P(&g, "x", 2, S(4, 6, 0, 0));
     w = P(&g, "w", 2, S(3, 6, 0, 0));
     check_grads(&g, delta_linear(g.ctx, x, w, NULL), "linear without bias");
+    g = new_case(1e-2f);
+    x = P(&g, "x", 3, S(2, 3, 6, 0));
+    w = P(&g, "w", 2, S(6, 5, 0, 0));
+    b = P(&g, "b", 1, S(5, 0, 0, 0));
+    check_grads(&g, delta_linear_in_out(g.ctx, x, w, b), "linear_in_out");
+    g = new_case(1e-2f);
+    x = P(&g, "x", 2, S(4, 6, 0, 0));
+    w = P(&g, "w", 2, S(6, 3, 0, 0));
+    check_grads(&g, delta_linear_in_out(g.ctx, x, w, NULL),
+                "linear_in_out without bias");
 }
 
 static void test_conv2d(void) {

@@ -127,6 +127,14 @@ DELTA_API delta_tensor *delta_matmul(delta_ctx *ctx, delta_tensor *a, delta_tens
  * Returns x w^T + bias: (..., OUT). */
 DELTA_API delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
                            delta_tensor *bias);
+/* x (..., IN), w (IN, OUT) as Hugging Face's Conv1D stores it (GPT-2),
+ * bias (OUT) or NULL. Returns x w + bias: (..., OUT). One op, so the bias
+ * is added in the GEMM's epilogue on the GPU; in F32 the same bits as
+ * delta_matmul(x, w) then delta_add(bias), in BF16 the bias is added
+ * before the output's one rounding (as delta_linear's). */
+DELTA_API delta_tensor *delta_linear_in_out(delta_ctx *ctx, delta_tensor *x,
+                                            delta_tensor *w,
+                                            delta_tensor *bias);
 /* x (N, C, H, W), w (K, C, R, S), bias (K) or NULL; dilation 1, groups 1.
  * Returns (N, K, P, Q), P = (H + 2 pad - R) / stride + 1. */
 DELTA_API delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,

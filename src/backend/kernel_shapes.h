@@ -38,6 +38,27 @@ static inline matmul_geom matmul_geom_of(const delta_op *op,
     return g;
 }
 
+/* linear's y (rows, out) = x (rows, in) op(w) + bias: w (OUT, IN) read
+ * transposed (tw), or (IN, OUT) as it is (attrs.w_in_out); ldw is w's row
+ * stride. */
+typedef struct linear_geom {
+    int64_t rows, in, out, ldw;
+    bool tw;
+} linear_geom;
+
+static inline linear_geom linear_geom_of(const delta_op *op,
+                                         const delta_tensor *x,
+                                         const delta_tensor *w) {
+    linear_geom g;
+    g.tw = op->a.w_in_out == 0;
+    g.in = w->shape[g.tw ? 1 : 0];
+    g.out = w->shape[g.tw ? 0 : 1];
+    g.ldw = w->shape[1];
+    g.rows = 1;
+    for (int i = 0; i < x->ndim - 1; i++) g.rows *= x->shape[i];
+    return g;
+}
+
 typedef struct pool_geom {
     int64_t planes, h, w, p, q;
     int k, stride, pad;

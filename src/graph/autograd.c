@@ -109,15 +109,20 @@ static bool linear_bwd(delta_ctx *ctx, grads *g, const delta_op *op,
                        delta_tensor *dy) {
     delta_tensor *x = ctx->tensors[op->in[0]], *w = ctx->tensors[op->in[1]];
     delta_tensor *dy2 = flat2(ctx, dy);
+    /* w (OUT, IN): dx = dy w, dw = dy^T x; w (IN, OUT): dx = dy w^T,
+     * dw = x^T dy (the GEMMs matmul's backward would run for x w) */
+    bool io = op->a.w_in_out != 0;
     if (x->requires_grad) {
-        delta_tensor *dx = delta_matmul(ctx, dy2, w, false, false, 1.0f);
+        delta_tensor *dx = delta_matmul(ctx, dy2, w, false, io, 1.0f);
         if (x->ndim != 2) dx = delta_reshape(ctx, dx, x->ndim, x->shape);
         if (!grads_add(ctx, g, x, dx)) return false;
     }
-    if (w->requires_grad &&
-        !grads_add(ctx, g, w, delta_matmul(ctx, dy2, flat2(ctx, x), true,
-                                           false, 1.0f)))
-        return false;
+    if (w->requires_grad) {
+        delta_tensor *x2 = flat2(ctx, x);
+        delta_tensor *dw = io ? delta_matmul(ctx, x2, dy2, true, false, 1.0f)
+                              : delta_matmul(ctx, dy2, x2, true, false, 1.0f);
+        if (!grads_add(ctx, g, w, dw)) return false;
+    }
     if (op->n_in > 2 && ctx->tensors[op->in[2]]->requires_grad) {
         delta_tensor *bias = ctx->tensors[op->in[2]];
         const delta_tensor *in[1] = {dy2};

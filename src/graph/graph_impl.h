@@ -84,6 +84,8 @@ typedef enum delta_op_type {
 /* Attributes of an op; each type reads only its own fields. */
 typedef struct delta_op_attrs {
     int trans_a, trans_b;  /* matmul */
+    int w_in_out;          /* linear: the weight is (IN, OUT), used as it is
+                              (HF's Conv1D), not (OUT, IN) transposed */
     float alpha;           /* matmul scale */
     int k, stride, pad;    /* conv (k unused), pools */
     int dim;               /* split, concat, transpose (d0) */

@@ -197,30 +197,48 @@ delta_tensor *delta_matmul(delta_ctx *ctx, delta_tensor *a, delta_tensor *b,
                      shape);
 }
 
-delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
-                           delta_tensor *bias) {
+/* linear's checks and op: w is (OUT, IN), or (IN, OUT) when w_in_out. */
+static delta_tensor *linear_op(delta_ctx *ctx, const char *what,
+                               delta_tensor *x, delta_tensor *w,
+                               delta_tensor *bias, bool w_in_out) {
     char sx[96], sw[96];
     const delta_tensor *ins[3] = {x, w, bias};
-    if (!delta_check_inputs(ctx, "linear", ins, bias ? 3 : 2)) return NULL;
+    if (!delta_check_inputs(ctx, what, ins, bias ? 3 : 2)) return NULL;
     if (!same_float(x, w) || (bias && bias->dtype != x->dtype))
-        DTYPE_FAIL("linear", "x is %s, weight %s, bias %s; all must be F32 "
+        DTYPE_FAIL(what, "x is %s, weight %s, bias %s; all must be F32 "
                    "or all BF16 (cast with delta_cast)",
                    delta_dtype_name(x->dtype), delta_dtype_name(w->dtype),
                    bias ? delta_dtype_name(bias->dtype) : "none");
-    if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1])
-        SHAPE_FAIL("linear: x %s does not fit weight %s; expected x (..., "
-                   "IN) and weight (OUT, IN)",
+    int in_dim = w_in_out ? 0 : 1;
+    if (x->ndim < 1 || w->ndim != 2 ||
+        x->shape[x->ndim - 1] != w->shape[in_dim])
+        SHAPE_FAIL("%s: x %s does not fit weight %s; expected x (..., "
+                   "IN) and weight %s", what,
                    delta_shape_str(x, sx, sizeof sx),
-                   delta_shape_str(w, sw, sizeof sw));
-    if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
-        SHAPE_FAIL("linear: bias %s does not fit weight %s; expected (%lld)",
-                   delta_shape_str(bias, sx, sizeof sx),
-                   delta_shape_str(w, sw, sizeof sw), (long long)w->shape[0]);
+                   delta_shape_str(w, sw, sizeof sw),
+                   w_in_out ? "(IN, OUT)" : "(OUT, IN)");
+    int64_t out = w->shape[1 - in_dim];
+    if (bias && (bias->ndim != 1 || bias->shape[0] != out))
+        SHAPE_FAIL("%s: bias %s does not fit weight %s; expected (%lld)",
+                   what, delta_shape_str(bias, sx, sizeof sx),
+                   delta_shape_str(w, sw, sizeof sw), (long long)out);
     int64_t shape[DELTA_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = w->shape[0];
-    return delta_op1(ctx, DELTA_OP_LINEAR, ins, bias ? 3 : 2, delta_attrs0(),
-                     x->dtype, x->ndim, shape);
+    shape[x->ndim - 1] = out;
+    delta_op_attrs a = delta_attrs0();
+    a.w_in_out = w_in_out;
+    return delta_op1(ctx, DELTA_OP_LINEAR, ins, bias ? 3 : 2, a, x->dtype,
+                     x->ndim, shape);
+}
+
+delta_tensor *delta_linear(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,
+                           delta_tensor *bias) {
+    return linear_op(ctx, "linear", x, w, bias, false);
+}
+
+delta_tensor *delta_linear_in_out(delta_ctx *ctx, delta_tensor *x,
+                                  delta_tensor *w, delta_tensor *bias) {
+    return linear_op(ctx, "linear_in_out", x, w, bias, true);
 }
 
 delta_tensor *delta_conv2d(delta_ctx *ctx, delta_tensor *x, delta_tensor *w,

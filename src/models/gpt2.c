@@ -27,7 +27,8 @@
 #define INIT_STD 0.02f
 
 /* HF Conv1D "<pre>.{weight (in, out), bias (out)}": x (..., in) W + b, in
- * the compute dtype (weight and bias cast each step in BF16). */
+ * the compute dtype (weight and bias cast each step in BF16), as one
+ * linear op on the (IN, OUT) weight. */
 static delta_tensor *conv1d(delta_ctx *ctx, const delta_model_config *cfg,
                             delta_tensor *x, const char *pre, int64_t in,
                             int64_t out, float std) {
@@ -35,9 +36,10 @@ static delta_tensor *conv1d(delta_ctx *ctx, const delta_model_config *cfg,
                                          in, out, "%s.weight", pre);
     delta_tensor *b = delta_model_param1(ctx, delta_model_init_zeros(), out,
                                          "%s.bias", pre);
-    w = delta_model_low(ctx, cfg, w);
-    return delta_add(ctx, delta_matmul(ctx, x, w, false, false, 1.0f),
-                     delta_model_low(ctx, cfg, b));
+    w = delta_model_low(ctx, cfg, w); /* casts in a fixed order */
+    b = delta_model_low(ctx, cfg, b);
+    return delta_linear_in_out(ctx, x, w, b); /* one op: the bias in the
+                                                 GEMM's epilogue */
 }
 
 /* One block on x (B, T, C); returns (B, T, C). */

@@ -120,7 +120,7 @@ static uint64_t hash_attrs(uint64_t h, const delta_op_attrs *a) {
                         a->pad,     a->dim,          a->dim1,       a->causal,
                         a->has_mask, a->ignore_index, a->fwd_op,    a->nesterov,
                         a->has_momentum, a->gelu_erf, a->ranks, a->rank,
-                        a->lr_in,   a->coef_in,      a->has_acc};
+                        a->lr_in,   a->coef_in,      a->has_acc,   a->w_in_out};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         h = h64(h, (uint64_t)(int64_t)ints[i]);
     for (int i = 0; i < DELTA_MAX_OP_IN; i++)

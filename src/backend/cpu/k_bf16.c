@@ -186,11 +186,8 @@ void delta_k_matmul_bf16(const delta_kargs *k) {
 }
 
 void delta_k_linear_bf16(const delta_kargs *k) {
-    const delta_tensor *xt = k->in_t[0], *wt = k->in_t[1];
-    int64_t in = wt->shape[1], out = wt->shape[0];
-    int64_t rows = 1;
-    for (int i = 0; i < xt->ndim - 1; i++) rows *= xt->shape[i];
+    const linear_geom g = linear_geom_of(k->op, k->in_t[0], k->in_t[1]);
     const uint16_t *bias = k->op->n_in > 2 ? k->in[2] : NULL;
-    delta_gemm_bf16(false, true, rows, out, in, 1.0f, k->in[0], in, k->in[1],
-                    in, bias, k->out[0], out, k->ws);
+    delta_gemm_bf16(false, g.tw, g.rows, g.out, g.in, 1.0f, k->in[0], g.in,
+                    k->in[1], g.ldw, bias, k->out[0], g.out, k->ws);
 }

@@ -1,5 +1,6 @@
 /* Matrix products: matmul (batched, transposes, alpha, 2-D b broadcast over
- * the batch), linear (x w^T + bias as one GEMM over all rows) and
+ * the batch), linear (x w^T + bias, or x w + bias for a weight stored (IN,
+ * OUT), as one GEMM over all rows, the bias added after it) and
  * sum_leading (the bias gradient of linear; F32 or BF16, k_dtype.h). The
  * BF16 matmul and linear are in k_bf16.c. */
 #include "backend/cpu/k_dtype.h"
@@ -47,10 +48,10 @@ void delta_k_linear(const delta_kargs *k) {
     const float *x = k->in[0], *w = k->in[1];
     const float *bias = k->op->n_in > 2 ? k->in[2] : NULL;
     float *y = k->out[0];
-    int64_t in = wt->shape[1], out = wt->shape[0];
-    int64_t rows = 1;
-    for (int i = 0; i < xt->ndim - 1; i++) rows *= xt->shape[i];
-    delta_gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+    const linear_geom g = linear_geom_of(k->op, xt, wt);
+    const int64_t rows = g.rows, out = g.out;
+    delta_gemm(false, g.tw, rows, out, g.in, 1.0f, x, g.in, w, g.ldw, 0.0f, y,
+               out);
     if (!bias || rows == 0 || out == 0) return;
     int nt = delta_cpu_threads();
     (void)nt;

@@ -17,7 +17,7 @@ extern "C" {
  * on the element type, computing in fp32 and rounding each BF16 output
  * once: cu_common.cuh's cu_ld / cu_st), so an op of type t with BF16
  * operands runs it directly, without fp32 copies in its workspace. Besides
- * these, the cast and matmul / linear (cuBLASLt, cu_bf16.cu) are native;
+ * these, the cast and matmul / linear (cuBLASLt, cu_lt_gemm.cu) are native;
  * the convolution family is widened (delta_op_widens_bf16); any other
  * type with a BF16 operand stops. */
 static inline bool delta_cuda_bf16_generic(delta_op_type t) {

@@ -90,7 +90,7 @@ void delta_cuda_run(const delta_cuda_kctx *c, const delta_kargs *k) {
         if (k->op->type == DELTA_OP_MATMUL) {
             fn = delta_cu_matmul_bf16;
         } else if (k->op->type == DELTA_OP_LINEAR) {
-            fn = delta_cu_linear_bf16;
+            fn = delta_cu_linear; /* F32 and BF16 alike */
         } else if (delta_cuda_is_conv(k->op->type)) {
             fn = delta_cu_conv_bf16;
         } else if (!delta_cuda_bf16_generic(k->op->type)) {

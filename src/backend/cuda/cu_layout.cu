@@ -115,22 +115,46 @@ void delta_cu_embedding_bwd(const delta_cuda_kctx *c, const delta_kargs *k) {
                                                    (int)n, (int)v, d);
 }
 
-/* x viewed as (A, M, Bm, N, C) -> y (A, N, Bm, M, C), elements of E's
- * size (uint32_t: F32, uint16_t: BF16, moved as bits); one thread per
- * output element. */
-template <typename E>
-__global__ static void transpose_k(const E *x, E *y, int64_t a,
-                                   int64_t m, int64_t bm, int64_t n,
-                                   int64_t c) {
-    CU_FOR(o, a * n * bm * m * c) {
-        int64_t ci = o % c, t = o / c;
-        int64_t mi = t % m;
+/* x viewed as (A, M, Bm, N, C) -> y (A, N, Bm, M, C), moved in units of
+ * U (uint32_t: an F32 element, uint16_t: a BF16 one, or uint4: 16 bytes
+ * of a row of C when the row's bytes are a multiple of 16, as attention's
+ * head split has: C = the head size), with index arithmetic in I (32-bit
+ * whenever the unit count fits: a 64-bit division costs tens of
+ * instructions, and this kernel does four a unit). One thread per output
+ * unit; consecutive threads write consecutive units and, within a row of
+ * C, read consecutive ones. Bits are moved, never converted. On an H200
+ * GPT-2 small's 96 transposes a step took 6.2 ms with one 64-bit-indexed
+ * thread per element (about 5x the bytes' time at 4 TB/s). */
+template <typename U, typename I>
+__global__ static void transpose_k(const U *x, U *y, I a, I m, I bm, I n,
+                                   I c) {
+    const I total = a * n * bm * m * c;
+    for (I o = (I)(blockIdx.x * blockDim.x + threadIdx.x); o < total;
+         o += (I)(blockDim.x * gridDim.x)) {
+        I ci = o % c, t = o / c;
+        I mi = t % m;
         t /= m;
-        int64_t bi = t % bm;
+        I bi = t % bm;
         t /= bm;
-        int64_t ni = t % n, ai = t / n;
+        I ni = t % n, ai = t / n;
         y[o] = x[(((ai * m + mi) * bm + bi) * n + ni) * c + ci];
     }
+}
+
+template <typename U>
+static void transpose_as(const delta_cuda_kctx *c, const void *x, void *y,
+                         int64_t a, int64_t m, int64_t bm, int64_t n,
+                         int64_t units) {
+    int64_t total = a * m * bm * n * units;
+    if (total <= 0) return;
+    unsigned blocks = cu_blocks(total);
+    if (total < INT32_MAX - (int64_t)blocks * CU_THREADS)
+        transpose_k<U, int32_t><<<blocks, CU_THREADS, 0, c->stream>>>(
+            (const U *)x, (U *)y, (int32_t)a, (int32_t)m, (int32_t)bm,
+            (int32_t)n, (int32_t)units);
+    else
+        transpose_k<U, int64_t><<<blocks, CU_THREADS, 0, c->stream>>>(
+            (const U *)x, (U *)y, a, m, bm, n, units);
 }
 
 void delta_cu_transpose(const delta_cuda_kctx *c, const delta_kargs *k) {
@@ -144,14 +168,15 @@ void delta_cu_transpose(const delta_cuda_kctx *c, const delta_kargs *k) {
     for (int i = 0; i < d0; i++) a *= xt->shape[i];
     for (int i = d0 + 1; i < d1; i++) bm *= xt->shape[i];
     for (int i = d1 + 1; i < xt->ndim; i++) cc *= xt->shape[i];
-    if (es == 4)
-        CU_LAUNCH(transpose_k<uint32_t>, c, xt->numel,
-                  (const uint32_t *)k->in[0], (uint32_t *)k->out[0], a, m, bm,
-                  n, cc);
+    const size_t row = (size_t)cc * es; /* bytes of a row of C */
+    if (row % 16 == 0 && (uintptr_t)k->in[0] % 16 == 0 &&
+        (uintptr_t)k->out[0] % 16 == 0)
+        transpose_as<uint4>(c, k->in[0], k->out[0], a, m, bm, n,
+                            (int64_t)(row / 16));
+    else if (es == 4)
+        transpose_as<uint32_t>(c, k->in[0], k->out[0], a, m, bm, n, cc);
     else
-        CU_LAUNCH(transpose_k<uint16_t>, c, xt->numel,
-                  (const uint16_t *)k->in[0], (uint16_t *)k->out[0], a, m, bm,
-                  n, cc);
+        transpose_as<uint16_t>(c, k->in[0], k->out[0], a, m, bm, n, cc);
 }
 
 /* Whole (outer, sum of parts, inner) <-> parts (outer, part_i, inner): one

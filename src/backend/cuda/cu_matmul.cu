@@ -1,8 +1,17 @@
-/* Matrix products on the GPU: matmul and linear through cuBLAS (fp32,
- * default math mode: no TF32, no atomics, the handle's own fixed workspace,
- * so a product is the same bits every run on the same GPU), linear's bias
- * add, and sum_leading (linear's bias gradient; F32 or BF16) as a
- * fixed-order column reduction.
+/* Matrix products on the GPU: matmul and linear, F32 and BF16, and
+ * sum_leading (linear's bias gradient; F32 or BF16) as a fixed-order
+ * column reduction.
+ *
+ * F32 matmul: cuBLAS Sgemm (default math mode: no TF32, no atomics, the
+ * handle's own fixed workspace), so a product is the same bits every run on
+ * the same GPU. BF16 operands: cuBLASLt on the tensor cores, fp32 sums
+ * (cu_lt_gemm.cu). linear in either dtype: cuBLASLt with the bias in the
+ * GEMM's epilogue, which saves the pass that would read and write the
+ * output again to add it; where Lt has no such algorithm for the shape (or
+ * DELTA_GEMM_EPILOGUE=0), F32 runs Sgemm then adds the bias, and BF16 fills
+ * the output with the bias rows and runs the GEMM with beta = 1. Every
+ * route gives round(acc + bias) with acc the fp32 sum, as the CPU does,
+ * and which one runs depends on the shape only.
  *
  * cuBLAS is column-major. A row-major M x N matrix with row stride ld is,
  * read column-major, its N x M transpose with leading dimension ld, so the
@@ -47,22 +56,73 @@ void delta_cu_matmul(const delta_cuda_kctx *c, const delta_kargs *k) {
                   b, g.ldb, g.sb, 0.0f, y, g.n, g.sc, g.batch);
 }
 
-__global__ static void bias_rows_k(float *y, const float *bias, int64_t rows,
-                                   int64_t out) {
-    CU_FOR(i, rows * out) y[i] += bias[i % out];
+void delta_cu_matmul_bf16(const delta_cuda_kctx *c, const delta_kargs *k) {
+    const delta_tensor *at = k->in_t[0], *bt = k->in_t[1], *yt = k->out_t[0];
+    DELTA_ASSERTF(at->dtype == DELTA_BF16 && bt->dtype == DELTA_BF16 &&
+                      (yt->dtype == DELTA_BF16 || yt->dtype == DELTA_F32),
+                  "op %d (%s): a BF16 matmul on %s and %s into %s",
+                  k->op->id, k->op->name, delta_dtype_name(at->dtype),
+                  delta_dtype_name(bt->dtype), delta_dtype_name(yt->dtype));
+    const matmul_geom mg = matmul_geom_of(k->op, at, bt);
+    delta_lt_gemm g = {mg.ta, mg.tb, mg.m, mg.n, mg.k, mg.lda, mg.ldb, mg.n,
+                       mg.sa, mg.sb, mg.sc, mg.batch, k->op->a.alpha, 0.0f,
+                       CUDA_R_16BF,
+                       yt->dtype == DELTA_BF16 ? CUDA_R_16BF : CUDA_R_32F,
+                       NULL};
+    if (mg.batch == 1 || (mg.b_2d && !mg.ta)) { /* (batch*M, K) . B */
+        g.m = mg.batch * mg.m;
+        g.batch = 1;
+    } /* else strided-batched (sb 0: a 2-D B, one call per entry) */
+    delta_cu_lt_gemm(c, &g, k->in[0], k->in[1], k->out[0]);
+}
+
+/* y[r, j] (+)= bias[j], elements of T: added for the F32 route after its
+ * GEMM, or copied bit for bit as the C that beta = 1 adds (BF16). */
+template <typename T>
+__global__ static void bias_rows_k(T *y, const T *bias, int64_t rows,
+                                   int64_t out, bool add) {
+    CU_FOR(i, rows * out) {
+        if (add) cu_st(y, i, cu_ld(y, i) + cu_ld(bias, i % out));
+        else y[i] = bias[i % out];
+    }
 }
 
 void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k) {
-    const delta_tensor *xt = k->in_t[0], *wt = k->in_t[1];
-    int64_t in = wt->shape[1], out = wt->shape[0], rows = 1;
-    for (int i = 0; i < xt->ndim - 1; i++) rows *= xt->shape[i];
+    const delta_tensor *xt = k->in_t[0], *wt = k->in_t[1], *yt = k->out_t[0];
+    const bool bf = xt->dtype == DELTA_BF16;
+    const bool has_bias = k->op->n_in > 2;
+    DELTA_ASSERTF(wt->dtype == xt->dtype && yt->dtype == xt->dtype &&
+                      (!has_bias || k->in_t[2]->dtype == xt->dtype) &&
+                      (bf || xt->dtype == DELTA_F32),
+                  "op %d (%s): linear on %s x, %s weight, %s output",
+                  k->op->id, k->op->name, delta_dtype_name(xt->dtype),
+                  delta_dtype_name(wt->dtype), delta_dtype_name(yt->dtype));
+    const linear_geom lg = linear_geom_of(k->op, xt, wt);
+    const cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
+    delta_lt_gemm g = {false, lg.tw, lg.rows, lg.out, lg.in, lg.in, lg.ldw,
+                       lg.out, 0, 0, 0, 1, 1.0f, 0.0f, t, t,
+                       has_bias ? k->in[2] : NULL};
+    if (has_bias && c->gemm_epilogue &&
+        delta_cu_lt_gemm(c, &g, k->in[0], k->in[1], k->out[0]))
+        return;
+    g.bias = NULL;
+    int64_t n = lg.rows * lg.out;
+    if (bf) { /* the bias rows as C, then D = acc + C, rounded once */
+        if (has_bias) {
+            CU_LAUNCH(bias_rows_k<uint16_t>, c, n, (uint16_t *)k->out[0],
+                      (const uint16_t *)k->in[2], lg.rows, lg.out, false);
+            g.beta = 1.0f;
+        }
+        delta_cu_lt_gemm(c, &g, k->in[0], k->in[1], k->out[0]);
+        return;
+    }
     float *y = (float *)k->out[0];
-    delta_cu_gemm(c, false, true, rows, out, in, 1.0f,
-                  (const float *)k->in[0], in, 0, (const float *)k->in[1], in,
-                  0, 0.0f, y, out, 0, 1);
-    if (k->op->n_in > 2)
-        CU_LAUNCH(bias_rows_k, c, rows * out, y, (const float *)k->in[2], rows,
-                  out);
+    delta_cu_gemm(c, false, lg.tw, lg.rows, lg.out, lg.in, 1.0f,
+                  (const float *)k->in[0], lg.in, 0, (const float *)k->in[1],
+                  lg.ldw, 0, 0.0f, y, lg.out, 0, 1);
+    if (has_bias)
+        CU_LAUNCH(bias_rows_k<float>, c, n, y, (const float *)k->in[2],
+                  lg.rows, lg.out, true);
 }
 
 /* y[j] = sum over rows r of x[r * s + j], in double, rounded once to T

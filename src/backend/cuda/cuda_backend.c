@@ -46,7 +46,10 @@
  *    convolution's cuDNN algorithm by timing before the program is planned
  *    and grows the op's workspace to what it needs.
  *  - BF16 (mixed precision): matmul and linear on the tensor cores through
- *    cuBLASLt, other ops on fp32 copies in their workspace (cu_bf16.cu).
+ *    cuBLASLt (cu_lt_gemm.cu), the convolutions through cuDNN, most other
+ *    ops' kernels on BF16 themselves, the rest on fp32 copies in their
+ *    workspace (cu_bf16.cu). linear's bias, F32 or BF16, goes into the
+ *    GEMM's epilogue (DELTA_GEMM_EPILOGUE=0: a pass of its own).
  *  - Outside the budget: the CUDA context, the cuBLAS and cuBLASLt handles
  *    with their shared fixed workspace (CUBLAS_WS_BYTES, set so cuBLAS
  *    never allocates and stays deterministic) and a small scratch buffer for reductions
@@ -469,6 +472,13 @@ static const delta_backend_ops cuda_ops = {
 
 /* ---- construction --------------------------------------------------------- */
 
+/* linear's bias in the GEMM's epilogue unless DELTA_GEMM_EPILOGUE=0 (to
+ * measure the separate pass against it, and to test that route). */
+static bool gemm_epilogue_wanted(void) {
+    const char *env = getenv("DELTA_GEMM_EPILOGUE");
+    return !(env && !strcmp(env, "0"));
+}
+
 bool delta_cuda_built(void) { return true; }
 
 const char *delta_cuda_conv_path(const delta_backend *b) {
@@ -606,7 +616,8 @@ delta_backend *delta_backend_cuda_new(const delta_cuda_backend_opts *opts,
                                .dnn = be->dnn,
                                .lt = be->lt,
                                .blas_ws = be->blas_ws,
-                               .blas_ws_bytes = CUBLAS_WS_BYTES};
+                               .blas_ws_bytes = CUBLAS_WS_BYTES,
+                               .gemm_epilogue = gemm_epilogue_wanted()};
     size_t free_b = 0, total_b = 0;
     step = "cudaMemGetInfo";
     if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) goto fail_cuda;

@@ -34,9 +34,11 @@ typedef struct delta_cuda_kctx {
     void *scratch;
     size_t scratch_bytes;
     delta_cudnn *dnn;      /* cuDNN for convolutions, or NULL */
-    cublasLtHandle_t lt;   /* cuBLASLt: the BF16 GEMMs (cu_bf16.cu) */
+    cublasLtHandle_t lt;   /* cuBLASLt: BF16 GEMMs, bias epilogues */
     void *blas_ws;         /* cuBLAS's fixed workspace, which the Lt calls */
     size_t blas_ws_bytes;  /* share (one stream: never at the same time) */
+    bool gemm_epilogue;    /* linear's bias in the GEMM's epilogue
+                              (DELTA_GEMM_EPILOGUE=0: a pass of its own) */
 } delta_cuda_kctx;
 
 #define DELTA_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
@@ -115,9 +117,29 @@ void delta_cu_dp_mean(cudaStream_t stream, float *out, const float *mine,
                       const float *ws, int64_t stride, int P, int me,
                       int64_t n);
 
+/* ---- cuBLASLt GEMMs (cu_lt_gemm.cu) ---------------------------------------- */
+/* Row-major C (m x n, row stride ldc) = alpha op(A) op(B) + beta C (+ bias
+ * per column), A and B of abtype (CUDA_R_16BF or CUDA_R_32F) and C of
+ * ctype, summed in fp32, `batch` times with element strides sa, sb, sc
+ * (sa or sb 0: the same matrix for every entry). bias: n values of ctype
+ * added in the epilogue before the one rounding (batch 1), or NULL. */
+typedef struct delta_lt_gemm {
+    bool ta, tb;
+    int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+    float alpha, beta;
+    cudaDataType_t abtype, ctype;
+    const void *bias;
+} delta_lt_gemm;
+/* Launches g on c's stream. False, with nothing launched, when cuBLASLt has
+ * no algorithm for it with its bias (the caller then adds the bias in a
+ * pass of its own); without a bias it has one or stops with a message. */
+bool delta_cu_lt_gemm(const delta_cuda_kctx *c, const delta_lt_gemm *g,
+                      const void *a, const void *b, void *cm);
+
 /* ---- per file (grouped as the CPU kernels) -------------------------------- */
-/* cu_matmul.cu */
+/* cu_matmul.cu: F32 and BF16 (the BF16 products on the tensor cores) */
 void delta_cu_matmul(const delta_cuda_kctx *c, const delta_kargs *k);
+void delta_cu_matmul_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_sum_leading(const delta_cuda_kctx *c, const delta_kargs *k);
 /* Row-major C = alpha op(A) op(B) + beta C, `batch` times with element
@@ -184,14 +206,11 @@ void delta_cu_sgd_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_adamw_update(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_grad_sumsq(const delta_cuda_kctx *c, const delta_kargs *k);
 void delta_cu_clip_coef(const delta_cuda_kctx *c, const delta_kargs *k);
-/* cu_bf16.cu: the cast, matmul and linear with BF16 operands on the
- * tensor cores (cuBLASLt, fp32 accumulation), and the widening of the ops
- * that have no native BF16 kernel */
+/* cu_bf16.cu: the cast, and the widening of the ops that have no native
+ * BF16 kernel */
 typedef void (*delta_cu_kernel_fn)(const delta_cuda_kctx *c,
                                    const delta_kargs *k);
 void delta_cu_cast(const delta_cuda_kctx *c, const delta_kargs *k);
-void delta_cu_matmul_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
-void delta_cu_linear_bf16(const delta_cuda_kctx *c, const delta_kargs *k);
 /* Runs fp32 kernel fn on fp32 copies of k's BF16 operands, made at the
  * start of k->ws (delta_widen_kargs, as on the CPU), with the rest of the
  * workspace as fn's own, and rounds its BF16 outputs. */

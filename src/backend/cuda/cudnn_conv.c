@@ -7,7 +7,7 @@
  * (CUDNN_FMA_MATH: no TF32, like the cuBLAS calls). BF16 convolutions
  * (mixed precision) run on the BF16 operands themselves, on the tensor
  * cores (CUDNN_TENSOR_OP_MATH) with an fp32 compute type: products summed
- * in fp32, each output rounded once, as the cuBLASLt GEMMs of cu_bf16.cu;
+ * in fp32, each output rounded once, as the cuBLASLt GEMMs of cu_lt_gemm.cu;
  * math that converts the operands further (ALLOW_CONVERSION) is refused.
  *
  * Choosing by timing (delta_cudnn_tune, before a program is planned): for
