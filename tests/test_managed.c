@@ -397,6 +397,77 @@ static void test_trace_has_copies(void) {
     cJSON_Delete(doc);
 }
 
+/* The host track (DELTA_TRACK_HOST), on the simulator whose host clock is
+ * the preset's: per step one "host" span for every op of the program, and
+ * inside each launched op's one "launch" span of exactly the preset's
+ * launch cost (plus its library cost for a GEMM-like op); a reshape
+ * launches nothing. This is how a GPU's trace says where the host's time
+ * per op goes (scripts/trace_ops.py sums it by op type). */
+static void test_trace_has_the_host(void) {
+    char path[] = "/tmp/delta_trace_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    const int steps = 3;
+    result r = run_steps(0, &p_offload, 0.6, 0, path, steps, true);
+    CHECK(r.ok, "%s", r.err);
+    delta_ctx *c = build(0);
+    const int n_ops = delta_ctx_n_ops(c);
+    const delta_gpu_preset *g = delta_gpu_preset_find("a100-80g");
+    CHECK(g != NULL);
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    CHECK(fread(text, 1, (size_t)n, f) == (size_t)n);
+    text[n] = 0;
+    fclose(f);
+    unlink(path);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    CHECK(doc != NULL, "the trace parses");
+    if (!doc || !g) {
+        delta_ctx_free(c);
+        return;
+    }
+    int host[MAX_STEPS] = {0}, launches = 0, gemms = 0, bad = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "traceEvents")) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+        if (!ph || strcmp(ph, "X") ||
+            cJSON_GetObjectItem(e, "tid")->valueint != DELTA_TRACK_HOST)
+            continue;
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+        const cJSON *a = cJSON_GetObjectItem(e, "args");
+        int op = cJSON_GetObjectItem(a, "op")->valueint;
+        int step = cJSON_GetObjectItem(a, "step")->valueint;
+        CHECK(op >= 0 && op < n_ops && step >= 0 && step < steps);
+        if (op < 0 || op >= n_ops || step < 0 || step >= steps) continue;
+        delta_op_info info;
+        delta_ctx_op_info(c, op, &info);
+        if (!strcmp(cat, "host")) host[step]++;
+        if (strcmp(cat, "launch")) continue;
+        bool gemm = !strcmp(info.type, "matmul") || !strcmp(info.type, "linear");
+        double want = (g->launch_host_s + (gemm ? g->library_host_s : 0)) * 1e6;
+        double dur = cJSON_GetObjectItem(e, "dur")->valuedouble;
+        CHECK(strcmp(info.type, "reshape"), "a reshape was launched");
+        if (fabs(dur - want) > 1e-3 && bad++ < 5)
+            CHECK(false, "op %d (%s): launch %.3f us, the preset's %.3f us", op,
+                  info.type, dur, want);
+        launches++;
+        gemms += gemm;
+    }
+    for (int s = 0; s < steps; s++)
+        CHECK(host[s] == n_ops, "step %d: %d host spans for %d ops", s,
+              host[s], n_ops);
+    CHECK(launches > steps * n_ops / 2 && gemms > 0, "%d launches, %d GEMMs",
+          launches, gemms);
+    cJSON_Delete(doc);
+    delta_ctx_free(c);
+}
+
 /* ---- layout ---------------------------------------------------------------- */
 
 /* A policy that repeats its decisions (drop everything droppable after
@@ -556,6 +627,7 @@ int main(void) {
     TEST_RUN(test_late_prefetch);
     TEST_RUN(test_victims_down_to_minimum);
     TEST_RUN(test_trace_has_copies);
+    TEST_RUN(test_trace_has_the_host);
     TEST_RUN(test_replay_repeating);
     TEST_RUN(test_replay_changing);
     TEST_RUN(test_layout_over);

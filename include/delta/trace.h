@@ -1,6 +1,7 @@
 /* delta — Chrome trace-event files of what a session did: one track per
  * stream (compute, copies to the host, copies to the device) with every op,
- * recomputation and transfer as a span, and a counter track of device bytes
+ * recomputation and transfer as a span, a track of the host issuing them
+ * (where the host's time per op goes), and a counter track of device bytes
  * in use. The file opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
  *
  * Events are streamed to the file as they happen (stdio buffering), so a
@@ -32,6 +33,12 @@ typedef enum delta_trace_track {
     DELTA_TRACK_TO_HOST,
     DELTA_TRACK_TO_DEVICE,
     DELTA_TRACK_COMM,      /* collective ops between ranks (data parallel) */
+    DELTA_TRACK_HOST,      /* the host issuing the step: per op a span of
+                              cat "host" (the step loop's work on it, the
+                              policy's hooks and the launch included), and
+                              inside it "launch" (the backend's run and
+                              record) and "throttle" (waiting for the device
+                              to come within the run-ahead bound) */
 } delta_trace_track;
 
 /* A span [t0, t1] seconds on a track. cat names its kind ("op",

@@ -64,6 +64,14 @@ static void time_op(managed *m, const mg_issued *is) {
     }
 }
 
+void mg_trace_host(managed *m, const delta_op *op, const char *cat, double t0,
+                   double t1) {
+    char args[64];
+    snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
+             (long long)m->step);
+    delta_trace_span(m->trace, DELTA_TRACK_HOST, op->name, cat, t0, t1, args);
+}
+
 /* A collective's span on the communication stream: its own time, not
  * compute's. */
 static void time_collective(managed *m, const mg_issued *is) {
@@ -146,13 +154,17 @@ delta_event mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
     if (delta_op_is_collective(op->type) && m->b->ops->collective)
         return launch_collective(m, k, is);
     if (m->issued.n >= m->issued.cap) { /* the run-ahead bound */
+        double w0 = m->trace ? managed_now(m) : 0;
         delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
         mg_collect_ops(m);
+        if (m->trace) mg_trace_host(m, op, "throttle", w0, managed_now(m));
     }
+    double l0 = m->trace ? managed_now(m) : 0;
     delta_backend_run(m->b, k);
     m->vt += managed_op_seconds(m, op->id); /* the modelled timeline */
     is->vt_end = m->vt;
     is->e = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
+    if (m->trace) mg_trace_host(m, op, "launch", l0, managed_now(m));
     DELTA_ASSERT(m->issued.n < m->issued.cap);
     RING_AT(m->issued, m->issued.n) = *is;
     m->issued.n++;

@@ -187,6 +187,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         const delta_op *op = &c->ops[i];
         if (m->fwd_only && op->phase != DELTA_PHASE_FORWARD) continue;
         m->cur_op = i;
+        double issue0 = m->trace ? managed_now(m) : 0;
         mg_collect(m);
         if (m->pol->before_op) m->pol->before_op(m->pst, m, i);
         ok = m->fail_st == DELTA_OK && mg_run_op(m, op, false);
@@ -201,6 +202,7 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         mg_free_temps(m);
         if (ok && m->pol->after_op) m->pol->after_op(m->pst, m, i);
         ok = ok && m->fail_st == DELTA_OK;
+        if (m->trace) mg_trace_host(m, op, "host", issue0, managed_now(m));
     }
     m->cur_op = -1;
     /* a step ends when its copies have landed: the compute stream waits

@@ -20,7 +20,9 @@ struct delta_trace {
 
 static const char *const track_names[] = {"compute", "copies to host",
                                           "copies to device",
-                                          "collectives (ranks)"};
+                                          "collectives (ranks)",
+                                          "host (issuing ops)"};
+#define N_TRACKS (int)(sizeof track_names / sizeof track_names[0])
 
 static void put_string(FILE *f, const char *s) {
     fputc('"', f);
@@ -70,7 +72,7 @@ delta_trace *delta_trace_open(const char *path, char *err, size_t err_len) {
     begin_event(t);
     fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,"
           "\"args\":{\"name\":\"delta device\"}}", t->f);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_TRACKS; k++) {
         begin_event(t);
         fprintf(t->f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,"
                 "\"tid\":%d,\"args\":{\"name\":\"%s\"}}", k, track_names[k]);
