@@ -352,26 +352,27 @@ static void test_victims_down_to_minimum(void) {
 }
 
 /* The trace holds both copy tracks and a memory counter inside the budget. */
-static void test_trace_has_copies(void) {
+/* The trace of `steps` steps of the offload policy at 60% (on the
+ * simulator when sim), parsed; NULL (checked) when the run or the file
+ * failed. */
+static cJSON *traced_run(int steps, bool sim) {
     char path[] = "/tmp/delta_trace_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
-    if (fd < 0) return;
+    if (fd < 0) return NULL;
     close(fd);
-    result r = run(0, &p_offload, 0.6, 0, path);
+    result r = run_steps(0, &p_offload, 0.6, 0, path, steps, sim);
     CHECK(r.ok, "%s", r.err);
-    FILE *f = fopen(path, "rb");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    CHECK(fread(text, 1, (size_t)n, f) == (size_t)n);
-    text[n] = 0;
-    fclose(f);
+    char *text = test_read_file(path, NULL);
     unlink(path);
-    cJSON *doc = cJSON_Parse(text);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
     free(text);
     CHECK(doc != NULL, "the trace parses");
+    return doc;
+}
+
+static void test_trace_has_copies(void) {
+    cJSON *doc = traced_run(3, false);
     if (!doc) return;
     int tracks[3] = {0}, counters = 0;
     const cJSON *e;
@@ -404,31 +405,14 @@ static void test_trace_has_copies(void) {
  * launches nothing. This is how a GPU's trace says where the host's time
  * per op goes (scripts/trace_ops.py sums it by op type). */
 static void test_trace_has_the_host(void) {
-    char path[] = "/tmp/delta_trace_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    if (fd < 0) return;
-    close(fd);
     const int steps = 3;
-    result r = run_steps(0, &p_offload, 0.6, 0, path, steps, true);
-    CHECK(r.ok, "%s", r.err);
+    cJSON *doc = traced_run(steps, true);
     delta_ctx *c = build(0);
     const int n_ops = delta_ctx_n_ops(c);
     const delta_gpu_preset *g = delta_gpu_preset_find("a100-80g");
     CHECK(g != NULL);
-    FILE *f = fopen(path, "rb");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    CHECK(fread(text, 1, (size_t)n, f) == (size_t)n);
-    text[n] = 0;
-    fclose(f);
-    unlink(path);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    CHECK(doc != NULL, "the trace parses");
     if (!doc || !g) {
+        cJSON_Delete(doc);
         delta_ctx_free(c);
         return;
     }

@@ -54,22 +54,17 @@ static void time_op(managed *m, const mg_issued *is) {
         double lag = (t1 - m->step_t0) - is->vt_end;
         if (lag > 0) m->vt += lag;
     }
-    if (m->trace) {
-        const delta_op *op = &m->ctx->ops[is->op];
-        char args[64];
-        snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
-                 (long long)m->step);
-        delta_trace_span(m->trace, DELTA_TRACK_COMPUTE, op->name,
-                         is->recompute ? "recompute" : "op", t0, t1, args);
-    }
+    if (m->trace)
+        mg_trace_op(m, DELTA_TRACK_COMPUTE, &m->ctx->ops[is->op],
+                    is->recompute ? "recompute" : "op", t0, t1);
 }
 
-void mg_trace_host(managed *m, const delta_op *op, const char *cat, double t0,
-                   double t1) {
+void mg_trace_op(managed *m, delta_trace_track track, const delta_op *op,
+                 const char *cat, double t0, double t1) {
     char args[64];
     snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
              (long long)m->step);
-    delta_trace_span(m->trace, DELTA_TRACK_HOST, op->name, cat, t0, t1, args);
+    delta_trace_span(m->trace, track, op->name, cat, t0, t1, args);
 }
 
 /* A collective's span on the communication stream: its own time, not
@@ -79,14 +74,9 @@ static void time_collective(managed *m, const mg_issued *is) {
     if (!delta_backend_span(m->b, is->e, &t0, &t1)) return;
     m->op_s[is->op] = t1 - t0;
     m->op_measured[is->op] = true;
-    if (m->trace) {
-        const delta_op *op = &m->ctx->ops[is->op];
-        char args[64];
-        snprintf(args, sizeof args, "\"op\":%d,\"step\":%lld", op->id,
-                 (long long)m->step);
-        delta_trace_span(m->trace, DELTA_TRACK_COMM, op->name, "collective",
-                         t0, t1, args);
-    }
+    if (m->trace)
+        mg_trace_op(m, DELTA_TRACK_COMM, &m->ctx->ops[is->op], "collective",
+                    t0, t1);
 }
 
 void mg_collect_ops(managed *m) {
@@ -157,14 +147,14 @@ delta_event mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
         double w0 = m->trace ? managed_now(m) : 0;
         delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
         mg_collect_ops(m);
-        if (m->trace) mg_trace_host(m, op, "throttle", w0, managed_now(m));
+        if (m->trace) mg_trace_op(m, DELTA_TRACK_HOST, op, "throttle", w0, managed_now(m));
     }
     double l0 = m->trace ? managed_now(m) : 0;
     delta_backend_run(m->b, k);
     m->vt += managed_op_seconds(m, op->id); /* the modelled timeline */
     is->vt_end = m->vt;
     is->e = delta_backend_record(m->b, DELTA_STREAM_COMPUTE);
-    if (m->trace) mg_trace_host(m, op, "launch", l0, managed_now(m));
+    if (m->trace) mg_trace_op(m, DELTA_TRACK_HOST, op, "launch", l0, managed_now(m));
     DELTA_ASSERT(m->issued.n < m->issued.cap);
     RING_AT(m->issued, m->issued.n) = *is;
     m->issued.n++;

@@ -202,7 +202,9 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         mg_free_temps(m);
         if (ok && m->pol->after_op) m->pol->after_op(m->pst, m, i);
         ok = ok && m->fail_st == DELTA_OK;
-        if (m->trace) mg_trace_host(m, op, "host", issue0, managed_now(m));
+        if (m->trace)
+            mg_trace_op(m, DELTA_TRACK_HOST, op, "host", issue0,
+                        managed_now(m));
     }
     m->cur_op = -1;
     /* a step ends when its copies have landed: the compute stream waits

@@ -247,9 +247,10 @@ delta_event mg_join(managed *m);
  * (a blocking wait, counted). */
 void mg_drain(managed *m);
 void mg_trace_memory(managed *m);
-/* A span [t0, t1] of the host's clock on the trace's host track for op:
- * cat "host" (the step loop's work on it), "launch" or "throttle". */
-void mg_trace_host(managed *m, const delta_op *op, const char *cat, double t0,
-                   double t1);
+/* op's span [t0, t1] on a track of the trace, with its id and the step:
+ * compute ("op", "recompute"), comm ("collective"), or the host's clock
+ * ("host": the step loop's work on it, "launch", "throttle"). */
+void mg_trace_op(managed *m, delta_trace_track track, const delta_op *op,
+                 const char *cat, double t0, double t1);
 
 #endif
