@@ -463,8 +463,20 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
             d->h, &one, d->xd, a, d->yd, b, d->cd,
             (cudnnConvolutionBwdFilterAlgo_t)c->algo, ws, c->memory, &beta,
             d->wd, out);
-    /* a launch that failed after the choice is a bug, not a fallback: the
-     * output would be half written */
+    /* cuDNN 9 checks the arguments against the algorithm before it
+     * launches anything, and a heuristics answer can still be refused
+     * there (seen on an H200: BF16 backward data with 3 input channels,
+     * status 2000). Refused (the BAD_PARAM and NOT_SUPPORTED families,
+     * 2000-3999): nothing was written, so the shape is marked as having no
+     * algorithm and lowered by the caller, now and every later time; the
+     * answer depends on the shape only, so every policy takes the same
+     * route. Any other failure came after a launch and is a bug. */
+    if ((int)st >= (int)CUDNN_STATUS_BAD_PARAM &&
+        (int)st < (int)CUDNN_STATUS_NOT_SUPPORTED + 1000) {
+        for (int i = 0; i < d->n_choices; i++)
+            if (&d->choices[i] == c) d->choices[i].algo = -1;
+        return false;
+    }
     DELTA_ASSERTF(st == CUDNN_STATUS_SUCCESS, "cuDNN convolution (%s, %s): "
                   "status %d", delta_op_type_name(type),
                   delta_dtype_name(dt), (int)st);
