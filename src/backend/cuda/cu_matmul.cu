@@ -8,8 +8,8 @@
  * (cu_lt_gemm.cu). linear in either dtype: cuBLASLt with the bias in the
  * GEMM's epilogue, which saves the pass that would read and write the
  * output again to add it; where Lt has no such algorithm for the shape (or
- * DELTA_GEMM_EPILOGUE=0), F32 runs Sgemm then adds the bias, and BF16 fills
- * the output with the bias rows and runs the GEMM with beta = 1. Every
+ * DELTA_GEMM_EPILOGUE=0), F32 runs Sgemm then adds the bias, and BF16 a
+ * tiled kernel of its own (linear_bias_bf16_k says why). Every
  * route gives round(acc + bias) with acc the fp32 sum, as the CPU does,
  * and which one runs depends on the shape only.
  *
@@ -76,14 +76,48 @@ void delta_cu_matmul_bf16(const delta_cuda_kctx *c, const delta_kargs *k) {
     delta_cu_lt_gemm(c, &g, k->in[0], k->in[1], k->out[0]);
 }
 
-/* y[r, j] (+)= bias[j], elements of T: added for the F32 route after its
- * GEMM, or copied bit for bit as the C that beta = 1 adds (BF16). */
-template <typename T>
-__global__ static void bias_rows_k(T *y, const T *bias, int64_t rows,
-                                   int64_t out, bool add) {
-    CU_FOR(i, rows * out) {
-        if (add) cu_st(y, i, cu_ld(y, i) + cu_ld(bias, i % out));
-        else y[i] = bias[i % out];
+/* y[r, j] += bias[j]: the F32 route's bias after its GEMM. */
+__global__ static void bias_rows_k(float *y, const float *bias, int64_t rows,
+                                   int64_t out) {
+    CU_FOR(i, rows * out) y[i] += bias[i % out];
+}
+
+/* BF16 linear with a bias where cuBLASLt's bias epilogue is not taken.
+ * Not Lt with C = the bias rows and beta = 1: on an H200 (CUDA 13) that
+ * route's outputs landed on multiples of the bias's ulp (0 where the CPU
+ * gave -0.0014 beside a bias near 0.6), the product rounded before C was
+ * added, whatever the split-K reduction scheme. So each output is summed
+ * here in fp32 in k order over LIN_TILE x LIN_TILE tiles, the bias added,
+ * and rounded once: the CPU's rule, deterministic, without tensor cores
+ * (a slow route, for shapes the epilogue cannot take and for
+ * DELTA_GEMM_EPILOGUE=0). W is (out, in) (tw) or (in, out), row stride
+ * ldw. */
+#define LIN_TILE 16
+__global__ static void linear_bias_bf16_k(const uint16_t *x,
+                                          const uint16_t *w,
+                                          const uint16_t *bias, uint16_t *y,
+                                          int64_t rows, int64_t in,
+                                          int64_t out, int64_t ldw, bool tw) {
+    __shared__ float xs[LIN_TILE][LIN_TILE + 1], ws[LIN_TILE][LIN_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * LIN_TILE + tx;
+    /* row tiles strided by the grid (its y extent is capped at 65535) */
+    for (int64_t r0 = (int64_t)blockIdx.y * LIN_TILE; r0 < rows;
+         r0 += (int64_t)gridDim.y * LIN_TILE) {
+        const int64_t r = r0 + ty;
+        float acc = 0.0f;
+        for (int64_t k0 = 0; k0 < in; k0 += LIN_TILE) {
+            const int64_t kx = k0 + tx, kw = k0 + ty;
+            xs[ty][tx] = r < rows && kx < in ? cu_ld(x, r * in + kx) : 0.0f;
+            ws[ty][tx] = j < out && kw < in
+                             ? cu_ld(w, tw ? j * ldw + kw : kw * ldw + j)
+                             : 0.0f;
+            __syncthreads();
+            const int n = in - k0 < LIN_TILE ? (int)(in - k0) : LIN_TILE;
+            for (int kk = 0; kk < n; kk++) acc += xs[ty][kk] * ws[kk][tx];
+            __syncthreads();
+        }
+        if (r < rows && j < out) cu_st(y, r * out + j, acc + cu_ld(bias, j));
     }
 }
 
@@ -107,12 +141,19 @@ void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k) {
         return;
     g.bias = NULL;
     int64_t n = lg.rows * lg.out;
-    if (bf) { /* the bias rows as C, then D = acc + C, rounded once */
-        if (has_bias) {
-            CU_LAUNCH(bias_rows_k<uint16_t>, c, n, (uint16_t *)k->out[0],
-                      (const uint16_t *)k->in[2], lg.rows, lg.out, false);
-            g.beta = 1.0f;
-        }
+    if (bf && has_bias) {
+        if (n == 0) return;
+        dim3 block(LIN_TILE, LIN_TILE);
+        const int64_t row_tiles = (lg.rows + LIN_TILE - 1) / LIN_TILE;
+        dim3 grid((unsigned)((lg.out + LIN_TILE - 1) / LIN_TILE),
+                  (unsigned)(row_tiles < 65535 ? row_tiles : 65535));
+        linear_bias_bf16_k<<<grid, block, 0, c->stream>>>(
+            (const uint16_t *)k->in[0], (const uint16_t *)k->in[1],
+            (const uint16_t *)k->in[2], (uint16_t *)k->out[0], lg.rows,
+            lg.in, lg.out, lg.ldw, lg.tw);
+        return;
+    }
+    if (bf) {
         delta_cu_lt_gemm(c, &g, k->in[0], k->in[1], k->out[0]);
         return;
     }
@@ -121,8 +162,8 @@ void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k) {
                   (const float *)k->in[0], lg.in, 0, (const float *)k->in[1],
                   lg.ldw, 0, 0.0f, y, lg.out, 0, 1);
     if (has_bias)
-        CU_LAUNCH(bias_rows_k<float>, c, n, y, (const float *)k->in[2],
-                  lg.rows, lg.out, true);
+        CU_LAUNCH(bias_rows_k, c, n, y, (const float *)k->in[2], lg.rows,
+                  lg.out);
 }
 
 /* y[j] = sum over rows r of x[r * s + j], in double, rounded once to T

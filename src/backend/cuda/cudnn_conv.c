@@ -34,6 +34,13 @@
  * no key formatting: the query costs far more host time than the launch.
  * When nothing qualifies the caller lowers the convolution itself.
  *
+ * Launching: each convolution runs a kept execution plan of cuDNN's backend
+ * API (cudnn_plan.c, where the choice by heuristics and by timing is made
+ * the same way over the backend API's engine configurations); the legacy
+ * calls below run a shape that has no plan, and every shape under
+ * DELTA_CUDNN_API=legacy. cuDNN 9 rebuilds a legacy call's plan on every
+ * call, ~150 us of host time per convolution on an H200.
+ *
  * The legacy convolution API (deprecated in cuDNN 9, still shipped) is
  * used through function pointers looked up with dlsym; <cudnn.h> is only
  * needed at build time for its types (the Makefile defines
@@ -49,59 +56,15 @@
 #include <string.h>
 
 #ifdef DELTA_HAVE_CUDNN_H
-#include <cudnn.h>
+#include "backend/cuda/cudnn_impl.h"
+
 #include <dlfcn.h>
-
-/* every entry point used, as a function-pointer field f_NAME */
-#define DNN_FUNCS(X)                                                       \
-    X(cudnnGetVersion) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream)    \
-    X(cudnnCreateTensorDescriptor) X(cudnnDestroyTensorDescriptor)         \
-    X(cudnnSetTensor4dDescriptor) X(cudnnCreateFilterDescriptor)           \
-    X(cudnnDestroyFilterDescriptor) X(cudnnSetFilter4dDescriptor)          \
-    X(cudnnCreateConvolutionDescriptor)                                    \
-    X(cudnnDestroyConvolutionDescriptor)                                   \
-    X(cudnnSetConvolution2dDescriptor) X(cudnnSetConvolutionMathType)      \
-    X(cudnnGetConvolutionForwardAlgorithm_v7)                              \
-    X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                         \
-    X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                       \
-    X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData)             \
-    X(cudnnConvolutionBackwardFilter)                                      \
-    X(cudnnFindConvolutionForwardAlgorithmEx)                              \
-    X(cudnnFindConvolutionBackwardDataAlgorithmEx)                         \
-    X(cudnnFindConvolutionBackwardFilterAlgorithmEx)
-
-#define DNN_FIELD(name) __typeof__(name) *f_##name;
-
-/* One kept answer (see the top). */
-typedef struct algo_choice {
-    delta_op_type type;
-    delta_dtype dt;
-    delta_conv_dims g;  /* int64 fields only: compared with memcmp */
-    size_t ws_bytes;
-    int algo;           /* the cuDNN algorithm enum's value; -1: none */
-    size_t memory;      /* the workspace it needs */
-} algo_choice;
-
-typedef struct delta_cudnn {
-    void *lib;
-    cudnnHandle_t h;
-    cudaStream_t stream;
-    delta_algo_cache *tuned; /* timed choices: key -> algo, workspace */
-    size_t ws_cap;           /* DELTA_CUDNN_WORKSPACE_MB */
-    bool find;               /* DELTA_CUDNN_FIND != 0 */
-    cudnnTensorDescriptor_t xd, yd;
-    cudnnFilterDescriptor_t wd;
-    cudnnConvolutionDescriptor_t cd;
-    size_t version;
-    algo_choice *choices;
-    int n_choices, cap_choices;
-    DNN_FUNCS(DNN_FIELD)
-} delta_cudnn;
 
 #define MAX_ALGOS 16
 
 void delta_cudnn_close(delta_cudnn *d) {
     if (!d) return;
+    dnn_plans_free(d); /* before the handle and the library go */
     if (d->cd) d->f_cudnnDestroyConvolutionDescriptor(d->cd);
     if (d->wd) d->f_cudnnDestroyFilterDescriptor(d->wd);
     if (d->yd) d->f_cudnnDestroyTensorDescriptor(d->yd);
@@ -170,6 +133,8 @@ delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
     d->ws_cap = (size_t)(cap_mb > 0 ? cap_mb : 0) << 20;
     const char *find = getenv("DELTA_CUDNN_FIND");
     d->find = !(find && !strcmp(find, "0"));
+    const char *api = getenv("DELTA_CUDNN_API");
+    d->plans_on = !(api && !strcmp(api, "legacy"));
     /* the cache: one GPU model and cuDNN version per device key */
     char path[4096], dev[512];
     const char *cache = getenv("DELTA_CUDNN_CACHE");
@@ -195,18 +160,19 @@ static bool math_ok(delta_dtype dt, cudnnMathType_t m) {
     return dt == DELTA_BF16 && m == CUDNN_TENSOR_OP_MATH;
 }
 
-static size_t elem_bytes(delta_dtype dt) {
-    return dt == DELTA_BF16 ? sizeof(uint16_t) : sizeof(float);
-}
-
 /* Describes x (n c h w), w (k c r s), y (n k p q) of dtype dt and the
  * convolution (summing in fp32 either way). */
+/* Whether cuDNN takes the convolution at all: F32 or BF16, and sizes that
+ * fit the legacy descriptors' ints (else cu_conv lowers it). */
+static bool describable(const delta_conv_dims *g, delta_dtype dt) {
+    const int64_t lim = 1 << 30;
+    return g->n * g->c * g->h * g->w < lim && g->n * g->k * g->p * g->q < lim &&
+           (dt == DELTA_F32 || dt == DELTA_BF16);
+}
+
 static bool describe(delta_cudnn *d, const delta_conv_dims *g,
                      delta_dtype dt) {
-    const int64_t lim = 1 << 30;
-    if (g->n * g->c * g->h * g->w >= lim || g->n * g->k * g->p * g->q >= lim)
-        return false; /* int-sized descriptors: leave it to cu_conv */
-    if (dt != DELTA_F32 && dt != DELTA_BF16) return false;
+    if (!describable(g, dt)) return false;
     cudnnDataType_t data =
         dt == DELTA_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     cudnnStatus_t st = d->f_cudnnSetTensor4dDescriptor(
@@ -273,12 +239,15 @@ static bool query(delta_cudnn *d, delta_op_type type, delta_dtype dt,
     return true;
 }
 
-/* The key of a timed choice: op type, dtype, dims and the workspace cap. */
-static void tune_key(delta_op_type type, const delta_conv_dims *g,
-                     delta_dtype dt, size_t cap, char *buf, size_t n) {
+/* The key of a timed choice: the API (a plan's rank in the backend API's
+ * heuristics list and a legacy algorithm are different numbers), op type,
+ * dtype, dims and the workspace cap. */
+static void tune_key(const delta_cudnn *d, delta_op_type type,
+                     const delta_conv_dims *g, delta_dtype dt, size_t cap,
+                     char *buf, size_t n) {
     snprintf(buf, n,
-             "%s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
-             delta_op_type_name(type), delta_dtype_name(dt), (long long)g->n,
+             "%s%s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
+             d->plans_on ? "plan " : "", delta_op_type_name(type), delta_dtype_name(dt), (long long)g->n,
              (long long)g->c, (long long)g->h, (long long)g->w,
              (long long)g->k, (long long)g->r, (long long)g->s,
              (long long)g->stride, (long long)g->pad, cap);
@@ -306,26 +275,44 @@ static void tune_key(delta_op_type type, const delta_conv_dims *g,
         }                                                                  \
     } while (0)
 
+bool dnn_scratch_get(delta_cudnn *d, const delta_conv_dims *g,
+                     delta_dtype dt, size_t cap, dnn_scratch *s) {
+    size_t e = dnn_elem_bytes(dt);
+    size_t xb = (size_t)(g->n * g->c * g->h * g->w) * e;
+    size_t wb = (size_t)(g->k * g->c * g->r * g->s) * e;
+    size_t yb = (size_t)(g->n * g->k * g->p * g->q) * e;
+    *s = (dnn_scratch){0};
+    bool ok = cudaMalloc(&s->x, xb) == cudaSuccess &&
+              cudaMalloc(&s->w, wb) == cudaSuccess &&
+              cudaMalloc(&s->y, yb) == cudaSuccess &&
+              (cap == 0 || cudaMalloc(&s->ws, cap) == cudaSuccess);
+    ok = ok && cudaMemsetAsync(s->x, 0x3c, xb, d->stream) == cudaSuccess &&
+         cudaMemsetAsync(s->w, 0x3c, wb, d->stream) == cudaSuccess &&
+         cudaMemsetAsync(s->y, 0x3c, yb, d->stream) == cudaSuccess;
+    if (!ok) dnn_scratch_put(d, s);
+    return ok;
+}
+
+void dnn_scratch_put(delta_cudnn *d, dnn_scratch *s) {
+    (void)cudaStreamSynchronize(d->stream);
+    cudaFree(s->x);
+    cudaFree(s->w);
+    cudaFree(s->y);
+    cudaFree(s->ws);
+    *s = (dnn_scratch){0};
+    (void)cudaGetLastError(); /* a failed cudaMalloc is not an error here */
+}
+
 /* Times type's algorithms for g (descriptors set for dt) on scratch
  * buffers: *algo -1 when none qualifies; false when the buffers or the
  * timing could not be had (then nothing is kept: heuristics decide). */
 static bool time_algos(delta_cudnn *d, delta_op_type type,
                        const delta_conv_dims *g, delta_dtype dt, size_t cap,
                        int *algo, size_t *memory) {
-    size_t e = elem_bytes(dt);
-    size_t xb = (size_t)(g->n * g->c * g->h * g->w) * e;
-    size_t wb = (size_t)(g->k * g->c * g->r * g->s) * e;
-    size_t yb = (size_t)(g->n * g->k * g->p * g->q) * e;
-    void *x = NULL, *w = NULL, *y = NULL, *ws = NULL;
-    bool ok = cudaMalloc(&x, xb) == cudaSuccess &&
-              cudaMalloc(&w, wb) == cudaSuccess &&
-              cudaMalloc(&y, yb) == cudaSuccess &&
-              (cap == 0 || cudaMalloc(&ws, cap) == cudaSuccess);
-    /* 0x3c bytes are 0.0115 in fp32 (0x3c3c3c3c) and in BF16 (0x3c3c):
-     * ordinary numbers (zeros can time faster) */
-    ok = ok && cudaMemsetAsync(x, 0x3c, xb, d->stream) == cudaSuccess &&
-         cudaMemsetAsync(w, 0x3c, wb, d->stream) == cudaSuccess &&
-         cudaMemsetAsync(y, 0x3c, yb, d->stream) == cudaSuccess;
+    dnn_scratch sc;
+    const bool got_scratch = dnn_scratch_get(d, g, dt, cap, &sc);
+    bool ok = got_scratch;
+    void *x = sc.x, *w = sc.w, *y = sc.y, *ws = sc.ws;
     int got = 0;
     *algo = -1;
     *memory = 0;
@@ -348,12 +335,7 @@ static bool time_algos(delta_cudnn *d, delta_op_type type,
                  perf, ws, cap) == CUDNN_STATUS_SUCCESS;
         if (ok) PICK_TIMED(perf, got, dt, cap, algo, memory);
     }
-    (void)cudaStreamSynchronize(d->stream);
-    cudaFree(x);
-    cudaFree(w);
-    cudaFree(y);
-    cudaFree(ws);
-    (void)cudaGetLastError(); /* a failed cudaMalloc is not an error here */
+    if (got_scratch) dnn_scratch_put(d, &sc);
     return ok;
 }
 
@@ -371,7 +353,7 @@ static size_t tune_cap(const delta_cudnn *d, const delta_conv_dims *g,
     size_t operands = (size_t)(g->n * g->c * g->h * g->w +
                                g->k * g->c * g->r * g->s +
                                g->n * g->k * g->p * g->q) *
-                      elem_bytes(dt);
+                      dnn_elem_bytes(dt);
     size_t cap = declared > d->ws_cap ? declared : d->ws_cap;
     return operands > cap ? operands : cap;
 }
@@ -383,12 +365,14 @@ size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
         return declared;
     size_t cap = tune_cap(d, g, dt, declared);
     char key[256];
-    tune_key(type, g, dt, cap, key, sizeof key);
+    tune_key(d, type, g, dt, cap, key, sizeof key);
     int algo;
     size_t memory;
     if (!delta_algo_cache_get(d->tuned, key, &algo, &memory)) {
-        if (!time_algos(d, type, g, dt, cap, &algo, &memory))
-            return declared;
+        bool timed = d->plans_on
+                         ? dnn_plan_time(d, type, g, dt, cap, &algo, &memory)
+                         : time_algos(d, type, g, dt, cap, &algo, &memory);
+        if (!timed) return declared;
         delta_algo_cache_put(d->tuned, key, algo, memory);
     }
     return algo >= 0 && memory > declared ? memory : declared;
@@ -396,6 +380,14 @@ size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
 
 bool delta_cudnn_save(delta_cudnn *d, char *err, size_t n) {
     return !d || delta_algo_cache_save(d->tuned, err, n);
+}
+
+/* cuDNN 9 checks the arguments against the algorithm (or plan) before it
+ * launches anything; these statuses (the BAD_PARAM and NOT_SUPPORTED
+ * families) say it refused, with nothing written. */
+static bool refused(cudnnStatus_t st) {
+    return (int)st >= (int)CUDNN_STATUS_BAD_PARAM &&
+           (int)st < (int)CUDNN_STATUS_NOT_SUPPORTED + 1000;
 }
 
 /* The timed choice for (type, g, dt) when it fits ws_bytes. It was timed
@@ -406,7 +398,7 @@ static bool timed_choice(delta_cudnn *d, delta_op_type type,
                          const delta_conv_dims *g, delta_dtype dt,
                          size_t ws_bytes, int *algo, size_t *memory) {
     char key[256];
-    tune_key(type, g, dt, tune_cap(d, g, dt, ws_bytes), key, sizeof key);
+    tune_key(d, type, g, dt, tune_cap(d, g, dt, ws_bytes), key, sizeof key);
     return delta_algo_cache_get(d->tuned, key, algo, memory) && *algo >= 0 &&
            *memory <= ws_bytes;
 }
@@ -436,12 +428,44 @@ static const algo_choice *choose(delta_cudnn *d, delta_op_type type,
     return &d->choices[d->n_choices++];
 }
 
+/* The backend API's route (cudnn_plan.c): false, with nothing written,
+ * when the shape has no plan, or cuDNN refused it (then never again). The
+ * plan's choice: the timed rank when this workspace has one (beta 0 only:
+ * a graph with another beta lists its own configurations). */
+static bool run_plan(delta_cudnn *d, delta_op_type type,
+                     const delta_conv_dims *g, delta_dtype dt, const void *a,
+                     const void *b, void *out, float beta, void *ws,
+                     size_t ws_bytes) {
+    dnn_plan *p = dnn_plan_find(d, type, g, dt, ws_bytes, beta);
+    if (!p) { /* the first time: a short search, no query, after it */
+        int rank = -1;
+        size_t memory = 0;
+        if (beta != 0.0f ||
+            !timed_choice(d, type, g, dt, ws_bytes, &rank, &memory))
+            rank = -1;
+        p = dnn_plan_add(d, type, g, dt, ws_bytes, beta, rank, memory);
+    }
+    if (!p || !p->plan) return false;
+    cudnnStatus_t st = dnn_plan_run(d, p, a, b, out, p->memory ? ws : NULL);
+    if (refused(st)) {
+        d->f_cudnnBackendDestroyDescriptor(p->plan);
+        p->plan = NULL;
+        return false;
+    }
+    DELTA_ASSERTF(st == CUDNN_STATUS_SUCCESS, "cuDNN plan (%s, %s): status %d",
+                  delta_op_type_name(type), delta_dtype_name(dt), (int)st);
+    return true;
+}
+
 bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
                       const delta_conv_dims *g, delta_dtype dt,
                       const void *a, const void *b, void *out, float beta,
                       void *ws, size_t ws_bytes) {
-    if (!d || !delta_cuda_is_conv(type) || !describe(d, g, dt)) return false;
+    if (!d || !delta_cuda_is_conv(type) || !describable(g, dt)) return false;
     if (!ws) ws_bytes = 0;
+    if (d->plans_on && run_plan(d, type, g, dt, a, b, out, beta, ws, ws_bytes))
+        return true;
+    if (!describe(d, g, dt)) return false;
     algo_choice tmp;
     const algo_choice *c = choose(d, type, g, dt, ws_bytes, &tmp);
     if (!c || c->algo < 0) return false;
@@ -471,8 +495,7 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
      * algorithm and lowered by the caller, now and every later time; the
      * answer depends on the shape only, so every policy takes the same
      * route. Any other failure came after a launch and is a bug. */
-    if ((int)st >= (int)CUDNN_STATUS_BAD_PARAM &&
-        (int)st < (int)CUDNN_STATUS_NOT_SUPPORTED + 1000) {
+    if (refused(st)) {
         for (int i = 0; i < d->n_choices; i++)
             if (&d->choices[i] == c) d->choices[i].algo = -1;
         return false;
