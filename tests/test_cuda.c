@@ -687,6 +687,19 @@ static void ops_match_cpu(delta_backend *be, bool bf16) {
     printf("  convolutions on %s (heuristics within the declared "
            "workspace)\n", path);
     ops_against_cpu(be, false, bf16, false);
+    /* cuDNN's legacy calls, which run the shapes without a backend-API
+     * plan (every shape under DELTA_CUDNN_API=legacy) */
+    setenv("DELTA_CUDNN_API", "legacy", 1);
+    char why[400];
+    delta_backend *bl = delta_backend_cuda_new(NULL, why, sizeof why);
+    unsetenv("DELTA_CUDNN_API");
+    CHECK(bl != NULL, "a legacy-cuDNN cuda backend: %s", why);
+    if (bl) {
+        printf("  convolutions on %s, legacy calls (timed choices)\n",
+               delta_cuda_conv_path(bl));
+        ops_against_cpu(bl, false, bf16, true);
+        delta_backend_free(bl);
+    }
     /* and the routes left unused: a backend without cuDNN (the lowering)
      * and without linear's bias epilogue (a GEMM, then the bias) */
     setenv("DELTA_CUDNN", "0", 1);

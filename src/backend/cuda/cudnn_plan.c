@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_TIMED 8   /* configurations timed per convolution */
+#define MAX_TIMED 24  /* configurations timed per convolution */
 #define TIMED_RUNS 5  /* executions timed per configuration, after one */
 #define MAX_CONFIGS 64
 
