@@ -133,6 +133,19 @@ static void test_dtype_checks(void) {
               strstr(delta_ctx_error(ctx), "gamma"),
           "BF16 gamma refused: %s", delta_ctx_error(ctx));
     delta_ctx_clear_error(ctx);
+    /* the fused batch norms take BF16 x, and r of x's dtype only */
+    delta_tensor *y = delta_batchnorm_relu(ctx, b, g, g, NULL, NULL, 0.1f,
+                                           1e-5f);
+    CHECK(y && delta_tensor_dtype(y) == DELTA_BF16, "BF16 batchnorm_relu: %s",
+          delta_ctx_error(ctx));
+    y = delta_batchnorm_add_relu(ctx, b, g, g, y, NULL, NULL, 0.1f, 1e-5f);
+    CHECK(y && delta_tensor_dtype(y) == DELTA_BF16,
+          "BF16 batchnorm_add_relu: %s", delta_ctx_error(ctx));
+    CHECK(delta_batchnorm_add_relu(ctx, b, g, g, a, NULL, NULL, 0.1f,
+                                   1e-5f) == NULL &&
+              strstr(delta_ctx_error(ctx), "dtype"),
+          "an F32 residual for BF16 x refused: %s", delta_ctx_error(ctx));
+    delta_ctx_clear_error(ctx);
     delta_tensor *ids = delta_input(ctx, "i", DELTA_I32, 2, s);
     CHECK(delta_cast(ctx, ids, DELTA_BF16) == NULL, "I32 cast refused");
     delta_ctx_free(ctx);
@@ -212,15 +225,36 @@ static delta_tensor *b_layernorm(delta_ctx *c, delta_tensor **x,
                                   (delta_init){DELTA_INIT_UNIFORM, -1, 1});
     return delta_layernorm(c, x[0], g, b, 1e-5f);
 }
-static delta_tensor *b_batchnorm(delta_ctx *c, delta_tensor **x,
-                                 delta_tensor *m) {
-    (void)m;
+/* Batch norm on x[0] with F32 gamma and beta (form 0); the fused forms as
+ * the fusion pass makes them in BF16 programs: relu(bn(x[0])) (form 1)
+ * and relu(bn(x[0]) + x[1]) (form 2). */
+static delta_tensor *bn_form(delta_ctx *c, delta_tensor **x, int form) {
     int64_t ch = delta_tensor_dim(x[0], 1);
     delta_tensor *g = delta_param(c, "bn.g", 1, &ch,
                                   (delta_init){DELTA_INIT_UNIFORM, 0.5f, 1.5f});
     delta_tensor *b = delta_param(c, "bn.b", 1, &ch,
                                   (delta_init){DELTA_INIT_UNIFORM, -1, 1});
+    if (form == 1)
+        return delta_batchnorm_relu(c, x[0], g, b, NULL, NULL, 0.1f, 1e-5f);
+    if (form == 2)
+        return delta_batchnorm_add_relu(c, x[0], g, b, x[1], NULL, NULL,
+                                        0.1f, 1e-5f);
     return delta_batchnorm(c, x[0], g, b, NULL, NULL, 0.1f, 1e-5f);
+}
+static delta_tensor *b_batchnorm(delta_ctx *c, delta_tensor **x,
+                                 delta_tensor *m) {
+    (void)m;
+    return bn_form(c, x, 0);
+}
+static delta_tensor *b_batchnorm_relu(delta_ctx *c, delta_tensor **x,
+                                      delta_tensor *m) {
+    (void)m;
+    return bn_form(c, x, 1);
+}
+static delta_tensor *b_batchnorm_add_relu(delta_ctx *c, delta_tensor **x,
+                                          delta_tensor *m) {
+    (void)m;
+    return bn_form(c, x, 2);
 }
 static delta_tensor *b_softmax(delta_ctx *c, delta_tensor **x,
                                delta_tensor *m) {
@@ -265,6 +299,10 @@ static const op_case op_cases[] = {
     {"dropout", b_dropout, 1, {2}, {{9, 333}}, false, 0},
     {"layernorm", b_layernorm, 1, {3}, {{2, 7, 96}}, false, 0},
     {"batchnorm", b_batchnorm, 1, {4}, {{4, 3, 5, 5}}, false, 0},
+    {"batchnorm_relu", b_batchnorm_relu, 1, {4}, {{4, 3, 5, 5}}, false, 0},
+    /* rounds the batch norm's value, then the sum */
+    {"batchnorm_add_relu_nc", b_batchnorm_add_relu, 2, {2, 2},
+     {{9, 6}, {9, 6}}, false, 2},
     {"softmax_causal", b_softmax, 1, {4}, {{2, 2, 9, 11}}, false, 0},
     {"softmax_mask", b_softmax, 1, {4}, {{2, 2, 9, 11}}, true, 0},
     {"pools", b_pools, 1, {4}, {{2, 3, 12, 12}}, false, 3},

@@ -9,6 +9,11 @@
  * point of them: the declared workspace of those ops holds no fp32 copies,
  * so BF16's minimum budget is below FP32's.
  *
+ * The fused batch norms are the exception to "the F32 kernel on widened
+ * copies, rounded once": they give the bits of their unfused chain
+ * (batchnorm, add, relu, each rounding its BF16 output), so they are
+ * compared with that chain instead, on the same special values.
+ *
  * Ops are taken from real programs (BF16 forward graphs and their
  * backward), run one by one on random operands. The one deliberate
  * difference from widening is not exercised: data movement (transpose,
@@ -17,6 +22,7 @@
  * quiet NaNs only. */
 #include "core/bf16.h"
 #include "delta/delta.h"
+#include "delta/exec.h"
 #include "backend/cpu/kernels.h"
 #include "test.h"
 
@@ -361,6 +367,133 @@ static void test_native_matches_widened(void) {
     printf("  %d native/widened runs compared bit for bit\n", compared);
 }
 
+/* ---- the fused batch norms against their chain --------------------------- */
+
+/* y1 = relu(bn1(x)) and y2 = relu(bn2(x) + r) on BF16 inputs x and r of
+ * shape xs (nd 4 or 2), with running statistics (eval mode reads them);
+ * fused by delta_ctx_fuse_batchnorm or left as the chain. */
+static delta_ctx *bn_chains(const int64_t *xs, int nd, bool fuse,
+                            delta_tensor **y1, delta_tensor **y2) {
+    delta_ctx *c = delta_ctx_new();
+    const delta_init one = {DELTA_INIT_ONES, 0, 0};
+    delta_tensor *x = delta_input(c, "x", DELTA_BF16, nd, xs);
+    delta_tensor *r = delta_input(c, "r", DELTA_BF16, nd, xs);
+    delta_tensor *p[2][4];
+    for (int i = 0; i < 2; i++) {
+        static const char *const what[4] = {"g", "b", "rm", "rv"};
+        for (int j = 0; j < 4; j++) {
+            char n[16];
+            snprintf(n, sizeof n, "%s%d", what[j], i);
+            p[i][j] = j < 2 ? delta_param(c, n, 1, &xs[1], one)
+                            : delta_state(c, n, 1, &xs[1], one);
+        }
+    }
+    *y1 = delta_relu(c, delta_batchnorm(c, x, p[0][0], p[0][1], p[0][2],
+                                        p[0][3], 0.1f, 1e-5f));
+    *y2 = delta_relu(c, delta_add(c, delta_batchnorm(c, x, p[1][0], p[1][1],
+                                                     p[1][2], p[1][3], 0.1f,
+                                                     1e-5f), r));
+    CHECK(!fuse || delta_ctx_fuse_batchnorm(c) == 2, "fused: %s",
+          delta_ctx_error(c));
+    CHECK(delta_ctx_status(c) == DELTA_OK, "%s", delta_ctx_error(c));
+    return c;
+}
+
+/* gamma, beta and the running stats of channel ch: channel 0 % 4 has gamma
+ * 1e-41 (an F32 subnormal) and beta 0, so its values x·scale + shift lie
+ * within about 1e-40 of 0 and mostly round to +0 or -0 in BF16 (relu must
+ * see the rounded value); channel 1 % 4 has beta -0; running mean in
+ * [-1, 1), variance in [0.5, 1.5). */
+static float bn_param(const char *name, int64_t ch) {
+    switch (name[0]) {
+    case 'g': return ch % 4 == 0 ? 1e-41f : test_rng_f(0.5f, 1.5f);
+    case 'b': return ch % 4 == 0 ? 0.0f
+                     : ch % 4 == 1 ? -0.0f : test_rng_f(-1.0f, 1.0f);
+    default: return name[1] == 'm' ? test_rng_f(-1.0f, 1.0f)
+                                   : test_rng_f(0.5f, 1.5f);
+    }
+}
+
+/* The same operands into both programs' leaves (by name): BF16 inputs
+ * from gen_bf16, the F32 parameters and statistics from bn_param. */
+static void fill_chains(delta_ctx *cu, delta_exec *eu, delta_ctx *cf,
+                        delta_exec *ef, bool wild) {
+    for (int i = 0; i < delta_ctx_n_tensors(cu); i++) {
+        const delta_tensor *t = delta_ctx_tensor(cu, i);
+        if (delta_tensor_kind_of(t) == DELTA_KIND_ACTIVATION) continue;
+        void *d = delta_exec_data(eu, t);
+        for (int64_t j = 0; j < t->numel; j++) {
+            if (t->dtype == DELTA_BF16) ((uint16_t *)d)[j] = gen_bf16(wild);
+            else ((float *)d)[j] = bn_param(t->name, j);
+        }
+        delta_exec_set(ef, delta_ctx_find(cf, t->name), d, t->bytes);
+    }
+}
+
+/* Whether BF16 tensors a (of eu) and b (of ef) hold the same bits, NaNs
+ * as one value (is_nan); counts a's -0 elements into *neg_zeros. */
+static bool same_bf16(delta_exec *eu, const delta_tensor *a, delta_exec *ef,
+                      const delta_tensor *b, int64_t *neg_zeros,
+                      char *why, size_t why_n) {
+    const uint16_t *u = delta_exec_data(eu, a), *f = delta_exec_data(ef, b);
+    for (int64_t j = 0; j < a->numel; j++) {
+        *neg_zeros += u[j] == 0x8000;
+        if (u[j] != f[j] && !(is_nan(u[j], DELTA_BF16) &&
+                              is_nan(f[j], DELTA_BF16))) {
+            snprintf(why, why_n, "element %lld: chain 0x%04x, fused 0x%04x",
+                     (long long)j, u[j], f[j]);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* batchnorm_relu and batchnorm_add_relu in BF16 give their chain's bits:
+ * NCHW and (N, C) sizes above PAR_MIN, at 1 and 2 threads, in training
+ * (batch statistics) and eval (running ones), on ordinary and special
+ * values (signed zeros, subnormals, ties, then infinities and NaNs). */
+static void test_fused_matches_chain(void) {
+    static const int64_t shapes[][4] = {{4, 8, 33, 40}, {1031, 37, 0, 0}};
+    int saved = delta_cpu_threads();
+    int64_t neg_zeros = 0;
+    for (int si = 0; si < 2; si++) {
+        int nd = shapes[si][2] ? 4 : 2;
+        delta_tensor *u1, *u2, *f1, *f2;
+        delta_ctx *cu = bn_chains(shapes[si], nd, false, &u1, &u2);
+        delta_ctx *cf = bn_chains(shapes[si], nd, true, &f1, &f2);
+        char err[256];
+        delta_exec *eu = delta_exec_new(cu, NULL, err, sizeof err);
+        delta_exec *ef = delta_exec_new(cf, NULL, err, sizeof err);
+        CHECK(eu && ef, "%s", err);
+        for (int run = 0; eu && ef && run < 8; run++) {
+            int threads = 1 + run % 2;
+            bool wild = run / 2 % 2, training = run / 4 == 0;
+            delta_run_mode mode = training ? DELTA_RUN_FORWARD : DELTA_RUN_EVAL;
+            test_rng_seed((uint64_t)(si * 8 + run + 1));
+            fill_chains(cu, eu, cf, ef, wild);
+            delta_cpu_set_threads(threads);
+            CHECK(delta_exec_run(eu, mode) == DELTA_OK &&
+                  delta_exec_run(ef, mode) == DELTA_OK, "runs");
+            char why[128] = "";
+            for (int k = 0; k < 2; k++) {
+                bool ok = same_bf16(eu, k ? u2 : u1, ef, k ? f2 : f1,
+                                    &neg_zeros, why, sizeof why);
+                CHECK(ok, "%s, %dd, %d thread(s), %s values%s: %s",
+                      k ? "batchnorm_add_relu" : "batchnorm_relu", nd,
+                      threads, wild ? "special" : "ordinary",
+                      training ? "" : ", eval", why);
+            }
+        }
+        delta_exec_free(eu);
+        delta_exec_free(ef);
+        delta_ctx_free(cu);
+        delta_ctx_free(cf);
+    }
+    delta_cpu_set_threads(saved);
+    printf("  %lld outputs of -0 compared\n", (long long)neg_zeros);
+    CHECK(neg_zeros > 0, "the tiny channels give -0 outputs");
+}
+
 /* ---- workspace and budgets ------------------------------------------------ */
 
 /* name at delta plan's defaults: transformers batch 8, resnet18 at width
@@ -426,6 +559,7 @@ static void test_bf16_workspace_shrinks(void) {
 
 int main(void) {
     TEST_RUN(test_native_matches_widened);
+    TEST_RUN(test_fused_matches_chain);
     TEST_RUN(test_bf16_workspace_shrinks);
     TEST_MAIN_END();
 }

@@ -1,18 +1,25 @@
 /* The batch-norm fusion pass (delta_ctx_fuse_batchnorm) and its fused ops:
- *  - which chains it fuses and which it leaves (another reader, the batch
- *    norm's output as the add's second operand, a broadcast residual,
- *    BF16), that the program stays in order, that a fused-away tensor is
- *    refused with a message, and that it runs before delta_backward only;
+ *  - which chains it fuses (F32 and BF16) and which it leaves (another
+ *    reader, the batch norm's output as the add's second operand, a
+ *    broadcast residual), that the program stays in order, that a
+ *    fused-away tensor is refused with a message, and that it runs before
+ *    delta_backward only;
  *  - fused and unfused programs on the CPU give the same bits: outputs,
  *    gradients, parameters and running statistics after training steps,
- *    and eval-mode outputs, on odd shapes, (N, C) inputs and with and
- *    without running statistics;
- *  - the ResNets train the same bits with and without the pass (the
- *    model's default and no_fusion), and the pass makes the ops expected. */
+ *    and eval-mode outputs, on odd shapes, (N, C) inputs, with and without
+ *    running statistics, in F32 and in BF16 (where the fused ops must round
+ *    the batch norm's value before adding the residual, and keep the -0 a
+ *    tiny negative value rounds to: one channel's gamma is made tiny so its
+ *    values are all about 0);
+ *  - the ResNets, in both precisions, train the same bits with and without
+ *    the pass (the model's default and no_fusion), and the pass makes the
+ *    ops expected. (The fused kernels against their chain on special BF16
+ *    values, NaN and infinities among them: test_bf16_native.c.) */
 #include "delta/delta.h"
 #include "delta/exec.h"
 #include "test.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static int count_ops(const delta_ctx *c, const char *type) {
@@ -86,8 +93,8 @@ static void test_pass_fuses_only_chains(void) {
     delta_tensor *x = delta_input(c, "x", DELTA_F32, 4, xs);
     delta_tensor *r = delta_input(c, "r", DELTA_F32, 4, xs);
     delta_tensor *tail = delta_param(c, "tail", 1, wt, one);
-    bn_params p[6];
-    for (int i = 0; i < 6; i++) {
+    bn_params p[7];
+    for (int i = 0; i < 7; i++) {
         char n[16];
         snprintf(n, sizeof n, "bn%d", i);
         p[i] = bn_new(c, n, 3, true);
@@ -107,21 +114,24 @@ static void test_pass_fuses_only_chains(void) {
     delta_tensor *e = delta_relu(c, delta_add(c, d, bn(c, d, p[3])));
     /* not fused: a broadcast residual (4) */
     delta_tensor *f = delta_relu(c, delta_add(c, bn(c, e, p[4]), tail));
-    /* not fused: BF16 */
-    delta_tensor *h = delta_cast(
-        c, delta_relu(c, bn(c, delta_cast(c, f, DELTA_BF16), p[5])),
-        DELTA_F32);
-    delta_tensor *loss = delta_sum(c, h);
+    /* fused: both chains in BF16 (mixed precision), the residual the
+     * chain's input */
+    delta_tensor *hb = delta_cast(c, f, DELTA_BF16);
+    delta_tensor *h1 = delta_relu(c, bn(c, hb, p[5]));
+    delta_tensor *h2 = delta_relu(c, delta_add(c, bn(c, h1, p[6]), hb));
+    delta_tensor *loss = delta_sum(c, delta_cast(c, h2, DELTA_F32));
     CHECK(loss != NULL, "%s", delta_ctx_error(c));
     int n_ops = delta_ctx_n_ops(c), n_t = delta_ctx_n_tensors(c);
-    CHECK(delta_ctx_fuse_batchnorm(c) == 2, "%s", delta_ctx_error(c));
-    CHECK(count_ops(c, "batchnorm_relu") == 1 &&
-          count_ops(c, "batchnorm_add_relu") == 1 &&
-          count_ops(c, "batchnorm") == 4 && count_ops(c, "relu") == 4,
+    CHECK(delta_ctx_fuse_batchnorm(c) == 4, "%s", delta_ctx_error(c));
+    CHECK(count_ops(c, "batchnorm_relu") == 2 &&
+          count_ops(c, "batchnorm_add_relu") == 2 &&
+          count_ops(c, "batchnorm") == 3 && count_ops(c, "relu") == 3,
           "fused ops as expected");
-    CHECK(delta_ctx_n_ops(c) == n_ops - 3 && delta_ctx_n_tensors(c) == n_t - 3,
+    CHECK(delta_ctx_n_ops(c) == n_ops - 6 && delta_ctx_n_tensors(c) == n_t - 6,
           "ops %d -> %d, tensors %d -> %d", n_ops, delta_ctx_n_ops(c), n_t,
           delta_ctx_n_tensors(c));
+    CHECK(delta_tensor_dtype(h2) == DELTA_BF16, "the BF16 chain's output "
+          "stays BF16");
     CHECK(in_order(c), "the program stays in dependency order");
     /* again: nothing left to fuse */
     CHECK(delta_ctx_fuse_batchnorm(c) == 0);
@@ -158,23 +168,29 @@ typedef struct net {
 
 /* y1 = relu(bn1(x1)); out = relu(bn2(x2) + y1); loss = Σ out·R; then SGD.
  * `late` is a parameter made after the chains: it must start from the same
- * values in both programs. */
-static net net_build(const int64_t *xs, int nd, bool running, bool fuse) {
+ * values in both programs. bf16: the chains on BF16 casts of x1 and x2
+ * (as mixed precision runs them), out cast back to F32 for the loss. */
+static net net_build(const int64_t *xs, int nd, bool running, bool fuse,
+                     bool bf16) {
     net n;
     n.ctx = delta_ctx_new();
     delta_ctx *c = n.ctx;
     delta_ctx_set_seed(c, 11);
     delta_init xi = {DELTA_INIT_NORMAL, 0.7f, 2.0f};
     delta_init ri = {DELTA_INIT_UNIFORM, -1.0f, 1.0f};
+    const delta_dtype dt = bf16 ? DELTA_BF16 : DELTA_F32;
     delta_tensor *x1 = delta_param(c, "x1", nd, xs, xi);
     n.x2 = delta_param(c, "x2", nd, xs, xi);
     bn_params p1 = bn_new(c, "bn1", xs[1], running);
     bn_params p2 = bn_new(c, "bn2", xs[1], running);
-    delta_tensor *y1 = delta_relu(c, bn(c, x1, p1));
-    n.out = delta_relu(c, delta_add(c, bn(c, n.x2, p2), y1));
+    delta_tensor *y1 = delta_relu(c, bn(c, delta_cast(c, x1, dt), p1));
+    n.out = delta_relu(c, delta_add(c, bn(c, delta_cast(c, n.x2, dt), p2),
+                                    y1));
     n.late = delta_param(c, "late", nd, xs, xi);
     delta_tensor *R = delta_constant(c, "R", DELTA_F32, nd, xs, ri);
-    n.loss = delta_sum(c, delta_mul(c, delta_mul(c, n.out, R), n.late));
+    n.loss = delta_sum(c, delta_mul(c, delta_mul(c, delta_cast(c, n.out,
+                                                                DELTA_F32),
+                                                 R), n.late));
     if (fuse) CHECK(delta_ctx_fuse_batchnorm(c) == 2, "%s", delta_ctx_error(c));
     delta_backward(c, n.loss);
     delta_optimizer_sgd(c, (delta_sgd_opts){0.1f, 0.9f, 0.01f, false});
@@ -209,31 +225,61 @@ static int compare_state(net *a, net *b, delta_exec *ea, delta_exec *eb,
     return n;
 }
 
+/* Channel 0 of both batch norms with gamma 1e-41 (an F32 subnormal) and
+ * beta 0: its values x·scale + shift are all within about 1e-40 of 0, so
+ * in BF16 (smallest subnormal 2^-133, about 9e-41) most round to +0 or -0,
+ * and relu must see the rounded value (relu(-0) is -0; relu of the tiny
+ * negative before rounding would give +0). Written into both programs. */
+static void tiny_channel(delta_exec *ex, const net *n) {
+    static const char *const names[][2] = {{"bn1.weight", "bn1.bias"},
+                                           {"bn2.weight", "bn2.bias"}};
+    for (int i = 0; i < 2; i++) {
+        float *g = delta_exec_data(ex, delta_ctx_find(n->ctx, names[i][0]));
+        float *b = delta_exec_data(ex, delta_ctx_find(n->ctx, names[i][1]));
+        g[0] = 1e-41f;
+        b[0] = 0.0f;
+    }
+}
+
+/* The elements of a BF16 tensor that are -0 (sign bit alone). */
+static int64_t negative_zeros(delta_exec *ex, const delta_tensor *t) {
+    const uint16_t *v = delta_exec_data(ex, t);
+    int64_t n = 0;
+    for (int64_t i = 0; i < delta_tensor_numel(t); i++) n += v[i] == 0x8000;
+    return n;
+}
+
 static void test_fused_same_bits(void) {
     const int64_t shapes[][4] = {{2, 3, 5, 7}, {4, 2, 3, 3}, {3, 5, 1, 1},
                                  {1, 4, 2, 9}, {7, 6, 0, 0}, {2, 1, 0, 0},
                                  {16, 9, 4, 4}};
+    int64_t neg_zeros = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int running = 0; running < 2; running++) {
+        for (int variant = 0; variant < 4; variant++) {
             const int64_t *xs = shapes[si];
             int nd = xs[2] == 0 ? 2 : 4;
-            net u = net_build(xs, nd, running, false);
-            net f = net_build(xs, nd, running, true);
+            bool running = variant % 2, bf16 = variant / 2;
+            net u = net_build(xs, nd, running, false, bf16);
+            net f = net_build(xs, nd, running, true, bf16);
             char err[256];
             delta_exec *eu = delta_exec_new(u.ctx, NULL, err, sizeof err);
             delta_exec *ef = delta_exec_new(f.ctx, NULL, err, sizeof err);
             CHECK(eu && ef, "%s", err);
             if (!eu || !ef) return;
             char when[96];
-            snprintf(when, sizeof when, "shape %lld,%lld,%lld,%lld running %d",
-                     (long long)xs[0], (long long)xs[1], (long long)xs[2],
-                     (long long)xs[3], running);
+            snprintf(when, sizeof when, "%s shape %lld,%lld,%lld,%lld "
+                     "running %d", bf16 ? "bf16" : "f32", (long long)xs[0],
+                     (long long)xs[1], (long long)xs[2], (long long)xs[3],
+                     running);
             CHECK(same(eu, ef, u.late, f.late), "%s: initial values", when);
+            tiny_channel(eu, &u);
+            tiny_channel(ef, &f);
             for (int step = 0; step < 3; step++) {
                 CHECK(delta_exec_run(eu, DELTA_RUN_STEP) == DELTA_OK);
                 CHECK(delta_exec_run(ef, DELTA_RUN_STEP) == DELTA_OK);
                 CHECK(same(eu, ef, u.loss, f.loss) && same(eu, ef, u.out, f.out),
                       "%s step %d: loss or output differs", when, step);
+                if (bf16 && step == 0) neg_zeros += negative_zeros(eu, u.out);
                 /* the gradients of the (fused-away) batch norm's input */
                 CHECK(same(eu, ef, delta_tensor_grad(u.x2),
                            delta_tensor_grad(f.x2)), "%s step %d: dx", when,
@@ -248,15 +294,19 @@ static void test_fused_same_bits(void) {
             delta_ctx_free(u.ctx);
             delta_ctx_free(f.ctx);
         }
+    printf("  bf16: %lld outputs of -0 in the first steps\n",
+           (long long)neg_zeros);
+    CHECK(neg_zeros > 0, "the tiny channel gives -0 outputs in BF16");
 }
 
 /* ---- the ResNets ---------------------------------------------------------- */
 
-static void resnet_train(const char *name, int no_fusion, int steps,
-                         float *losses, char **state, size_t *state_n,
-                         int counts[3]) {
+static void resnet_train(const char *name, delta_precision precision,
+                         int no_fusion, int steps, float *losses,
+                         char **state, size_t *state_n, int counts[3]) {
     delta_model_config cfg = {.name = name, .batch = 4, .image_size = 36,
                               .channels = 3, .classes = 10, .width = 4,
+                              .precision = precision,
                               .no_fusion = no_fusion};
     delta_ctx *c = delta_ctx_new();
     delta_ctx_set_seed(c, 3);
@@ -300,6 +350,8 @@ static void resnet_train(const char *name, int no_fusion, int steps,
     delta_ctx_free(c);
 }
 
+/* In FP32 and in BF16 (mixed precision: the chains on BF16 activations,
+ * fused the same way). */
 static void test_resnets_train_the_same(void) {
     /* bn_relu: the stem and two (basic) or three (bottleneck) less one per
      * block; add_relu: one per block; batchnorm: the downsamples */
@@ -308,25 +360,31 @@ static void test_resnets_train_the_same(void) {
         int counts[3];
     } cases[] = {{"resnet18", {9, 8, 3}}, {"resnet50", {33, 16, 4}}};
     enum { STEPS = 3 };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t k = 0; k < 2 * sizeof cases / sizeof cases[0]; k++) {
+        size_t i = k / 2;
+        delta_precision prec = k % 2 ? DELTA_PRECISION_BF16
+                                     : DELTA_PRECISION_FP32;
+        const char *pn = k % 2 ? "bf16" : "fp32";
         float lf[STEPS], lu[STEPS];
         char *sf = NULL, *su = NULL;
         size_t nf = 0, nu = 0;
         int cf[3], cu[3];
-        resnet_train(cases[i].name, 0, STEPS, lf, &sf, &nf, cf);
-        resnet_train(cases[i].name, 1, STEPS, lu, &su, &nu, cu);
-        CHECK(!memcmp(cf, cases[i].counts, sizeof cf), "%s fused: %d "
+        resnet_train(cases[i].name, prec, 0, STEPS, lf, &sf, &nf, cf);
+        resnet_train(cases[i].name, prec, 1, STEPS, lu, &su, &nu, cu);
+        CHECK(!memcmp(cf, cases[i].counts, sizeof cf), "%s %s fused: %d "
               "batchnorm_relu, %d batchnorm_add_relu, %d batchnorm",
-              cases[i].name, cf[0], cf[1], cf[2]);
+              cases[i].name, pn, cf[0], cf[1], cf[2]);
         CHECK(cu[0] == 0 && cu[1] == 0 && cu[2] == cf[0] + cf[1] + cf[2],
-              "%s with no_fusion: %d batch norms", cases[i].name, cu[2]);
-        printf("  %s losses %.9g %.9g %.9g\n", cases[i].name, lf[0], lf[1], lf[2]);
-        CHECK(!memcmp(lf, lu, sizeof lf), "%s: losses %.9g %.9g %.9g vs "
-              "%.9g %.9g %.9g", cases[i].name, lf[0], lf[1], lf[2], lu[0],
-              lu[1], lu[2]);
+              "%s %s with no_fusion: %d batch norms", cases[i].name, pn,
+              cu[2]);
+        printf("  %s %s losses %.9g %.9g %.9g\n", cases[i].name, pn, lf[0],
+               lf[1], lf[2]);
+        CHECK(!memcmp(lf, lu, sizeof lf), "%s %s: losses %.9g %.9g %.9g vs "
+              "%.9g %.9g %.9g", cases[i].name, pn, lf[0], lf[1], lf[2],
+              lu[0], lu[1], lu[2]);
         CHECK(nf == nu && sf && su && !memcmp(sf, su, nf),
-              "%s: parameters and state after %d steps differ",
-              cases[i].name, STEPS);
+              "%s %s: parameters and state after %d steps differ",
+              cases[i].name, pn, STEPS);
         free(sf);
         free(su);
     }

@@ -150,9 +150,11 @@ DELTA_API delta_tensor *delta_batchnorm(delta_ctx *ctx, delta_tensor *x,
                               delta_tensor *running_var, float momentum,
                               float eps);
 /* relu(delta_batchnorm(...)) as one op, and relu(delta_batchnorm(...) + r)
- * with r of x's shape (N, C, H, W) or (N, C): the same bits, forward and
- * backward, without the intermediate tensors. F32 only. Usually made by
- * delta_ctx_fuse_batchnorm rather than called. Return y, x's shape. */
+ * with r of x's shape (N, C, H, W) or (N, C) and dtype: the same bits,
+ * forward and backward, without the intermediate tensors. x F32 or BF16
+ * (in BF16 the batch norm's value and the sum are rounded to BF16 as the
+ * separate ops' outputs are). Usually made by delta_ctx_fuse_batchnorm
+ * rather than called. Return y, x's shape and dtype. */
 DELTA_API delta_tensor *delta_batchnorm_relu(delta_ctx *ctx, delta_tensor *x,
                                    delta_tensor *gamma, delta_tensor *beta,
                                    delta_tensor *running_mean,
@@ -231,10 +233,11 @@ DELTA_API delta_tensor *delta_cast(delta_ctx *ctx, delta_tensor *x, delta_dtype 
 
 /* ---- passes ------------------------------------------------------------- */
 
-/* Fuses, in the forward ops recorded so far, every F32 batchnorm -> relu
+/* Fuses, in the forward ops recorded so far, every batchnorm -> relu
  * into batchnorm_relu and every batchnorm -> add(·, r) -> relu (the batch
  * norm's output the add's first operand, r of its shape) into
- * batchnorm_add_relu, where the intermediates have no other reader. The
+ * batchnorm_add_relu, where the intermediates have no other reader and
+ * the chain's tensors are all F32 or all BF16 (mixed precision). The
  * fused program computes the same bits, forward and backward, and never
  * holds the intermediates. Call after the forward pass and before
  * delta_backward (else DELTA_ERR_STATE). Ops and tensors are renumbered

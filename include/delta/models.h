@@ -97,7 +97,7 @@ typedef struct delta_model_config {
     delta_precision precision; /* FP32 (the zero default) or BF16 */
     /* resnet: 0 (the default) fuses each batch norm with the ReLU (and the
      * residual add) after it (delta_ctx_fuse_batchnorm: the same bits, less
-     * memory; FP32 only); 1 keeps them separate ops */
+     * memory; in either precision); 1 keeps them separate ops */
     int no_fusion;
 } delta_model_config;
 

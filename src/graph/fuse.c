@@ -11,7 +11,10 @@
  * var right after it, moves to just after the fused op. The fused ops
  * compute what the chain did in the same order, so the program's values do
  * not change; autograd gives them the chain's backward ops (relu_bwd, then
- * batchnorm_bwd).
+ * batchnorm_bwd). Chains of F32 or of BF16 tensors are fused (mixed
+ * precision: batch norm, add and relu on BF16 activations); a BF16 fused
+ * op rounds where the chain stored its intermediates (the batch norm's
+ * output, the sum), so it gives the chain's bits there too.
  *
  * Renumbering keeps what the values depend on: a tensor's initial values
  * are keyed by its init_id (not its id), and a dropout op that moves keeps
@@ -75,12 +78,18 @@ static bool can_move_to(fuse_pass *f, int bn, int j) {
     return true;
 }
 
+/* Whether the fused kernels take a chain of tensors of dtype d. */
+static bool fusable_dtype(delta_dtype d) {
+    return d == DELTA_F32 || d == DELTA_BF16;
+}
+
 /* batchnorm op i: fuses its chain when there is one; true if it did. */
 static bool fuse_at(fuse_pass *f, int i) {
     delta_ctx *ctx = f->ctx;
     delta_op *b = &ctx->ops[i];
     int z = b->out[0];
-    if (ctx->tensors[z]->dtype != DELTA_F32 || f->uses[z] != 1) return false;
+    const delta_dtype dt = ctx->tensors[z]->dtype;
+    if (!fusable_dtype(dt) || f->uses[z] != 1) return false;
     int j = f->reader[z];
     delta_op *c = &ctx->ops[j];
     if (c->type == DELTA_OP_RELU && c->in[0] == z) {
@@ -95,7 +104,7 @@ static bool fuse_at(fuse_pass *f, int i) {
         return false;
     const delta_tensor *r = ctx->tensors[c->in[1]];
     int s = c->out[0];
-    if (r->dtype != DELTA_F32 || !same_shape(r, ctx->tensors[z]) ||
+    if (r->dtype != dt || !same_shape(r, ctx->tensors[z]) ||
         f->uses[s] != 1)
         return false;
     int k = f->reader[s];

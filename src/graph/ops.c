@@ -295,10 +295,6 @@ static delta_tensor *bn_build(delta_ctx *ctx, delta_op_type type,
                    "or BF16 and F32 gamma and beta (statistics are fp32)",
                    delta_dtype_name(x->dtype), delta_dtype_name(gamma->dtype),
                    delta_dtype_name(beta->dtype));
-    if (type != DELTA_OP_BATCHNORM && !is_f32(x))
-        DTYPE_FAIL(what, "x is %s; the fused batch norms take F32 only (use "
-                   "delta_batchnorm, delta_add and delta_relu)",
-                   delta_dtype_name(x->dtype));
     if (x->ndim != 4 && x->ndim != 2)
         SHAPE_FAIL("%s: input %s; expected (N, C, H, W) or (N, C)", what,
                    delta_shape_str(x, sx, sizeof sx));

@@ -30,6 +30,13 @@ K_BODY void k_st(void *p, int64_t i, float v, bool bf) {
     else ((float *)p)[i] = v;
 }
 
+/* v as a tensor of the kernel's dtype would hold it: v, or (bf) v rounded
+ * to BF16 and widened back. For a kernel that computes what several ops
+ * did and must round where their intermediate tensors were stored. */
+K_BODY float k_round(float v, bool bf) {
+    return bf ? delta_bf16_round(v) : v;
+}
+
 /* &p[i] for F32 or (bf) BF16 elements. */
 K_BODY const void *k_at(const void *p, int64_t i, bool bf) {
     return (const char *)p + (size_t)i * (bf ? 2 : 4);

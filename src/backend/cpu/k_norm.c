@@ -5,8 +5,10 @@
  * The fused kernels are the batch norm kernel with the chain's elementwise
  * steps folded into its last loop: each element goes through the float
  * operations the unfused ops do, in their order (y = x·scale + shift, + r,
- * then relu), so fused and unfused give the same bits. Their gradient is
- * the chain's: relu_bwd and batchnorm_bwd (autograd.c).
+ * then relu), rounded where the unfused ops stored a BF16 tensor (the batch
+ * norm's output, the sum), so fused and unfused give the same bits in
+ * either dtype. Their gradient is the chain's: relu_bwd and batchnorm_bwd
+ * (autograd.c).
  *
  * Statistics are accumulated in double (layer norm's short rows: in float
  * lanes combined in double), each one by a single thread in a fixed order
@@ -15,11 +17,11 @@
  * blocks, each summed row by row), so results do not depend on the thread
  * count.
  *
- * Batch norm and layer norm (and their gradients) take x, y, dy and dx in
- * F32 or BF16 with one body (k_dtype.h: each body is compiled for both,
- * called with a literal dtype inside the parallel loop); gamma, beta and
- * the statistics stay F32. The fused kernels and the running update are
- * F32 only. */
+ * Batch norm, its fused forms and layer norm (and their gradients) take x,
+ * r, y, dy and dx in F32 or BF16 with one body (k_dtype.h: each body is
+ * compiled for both, called with a literal dtype inside the parallel
+ * loop); gamma, beta and the statistics stay F32, and so does the running
+ * update. */
 #include "backend/cpu/k_dtype.h"
 #include "backend/cpu/kernels.h"
 #include "backend/kernel_shapes.h"
@@ -114,26 +116,35 @@ K_BODY double fsum_sq_dev(const void *p, int64_t n, float m, bool bf) {
     return flanes_total(a);
 }
 
-/* y = x·sc + sh, then + r (when r is given: always followed by relu),
- * then relu: the unfused chain's float operations, in its order. */
-static inline __attribute__((always_inline)) float
-bn_epilogue(float v, const float *r, int64_t i, bool relu) {
-    if (r) v = v + r[i];
-    return relu && v < 0.0f ? 0.0f : v;
+/* What the fused forms do after v = x·sc + sh: relu(v), or with r
+ * relu(v + r[i]); the unfused chain's float operations in its order. In
+ * BF16 the chain rounded the batch norm's output, then the sum, so v and
+ * v + r are rounded here too (k_round: nothing in F32). relu is exact and
+ * comes after the rounding, as the unfused relu sees its input: a tiny
+ * negative v that rounds to -0 stays -0 (-0 < 0 is false), a NaN stays the
+ * rounded NaN. Plain batch norm (!relu) returns v: the caller's k_st is
+ * its one rounding. */
+K_BODY float bn_epilogue(float v, const void *r, int64_t i, bool relu,
+                         bool bf) {
+    if (!relu) return v;
+    v = k_round(v, bf);
+    if (r) v = k_round(v + k_ld(r, i, bf), bf);
+    return v < 0.0f ? 0.0f : v;
 }
 
-/* r and relu (the fused kernels) with F32 operands only. */
-K_BODY void bn_apply(const void *x, const float *r, void *y, int64_t n,
+/* y = bn_epilogue(x·sc + sh) over n elements; r and y are x's dtype. */
+K_BODY void bn_apply(const void *x, const void *r, void *y, int64_t n,
                      float sc, float sh, bool relu, bool bf) {
     if (r) {
         SIMD
         for (int64_t i = 0; i < n; i++)
-            k_st(y, i, bn_epilogue(k_ld(x, i, bf) * sc + sh, r, i, true), bf);
+            k_st(y, i, bn_epilogue(k_ld(x, i, bf) * sc + sh, r, i, true, bf),
+                 bf);
     } else if (relu) {
         SIMD
         for (int64_t i = 0; i < n; i++)
-            k_st(y, i, bn_epilogue(k_ld(x, i, bf) * sc + sh, NULL, i, true),
-                 bf);
+            k_st(y, i,
+                 bn_epilogue(k_ld(x, i, bf) * sc + sh, NULL, i, true, bf), bf);
     } else {
         SIMD
         for (int64_t i = 0; i < n; i++)
@@ -144,8 +155,8 @@ K_BODY void bn_apply(const void *x, const float *r, void *y, int64_t n,
 /* Batch norm's operands as bn_forward unpacks them. */
 typedef struct bn_fwd_args {
     bn_shape s;
-    const void *x;
-    const float *gamma, *beta, *r, *rmean, *rvar; /* r, rmean, rvar or NULL */
+    const void *x, *r; /* r (x's dtype) or NULL */
+    const float *gamma, *beta, *rmean, *rvar; /* rmean, rvar or NULL */
     void *y;
     float *mean, *var;
     double eps;
@@ -177,7 +188,7 @@ K_BODY void bn_fwd_channel(const bn_fwd_args *a, int64_t c, bool bf) {
     float sh = (float)(a->beta[c] - m * a->gamma[c] * rstd);
     for (int64_t n = 0; n < a->s.n; n++) {
         const int64_t o = (n * C + c) * hw;
-        bn_apply(k_at(a->x, o, bf), a->r ? a->r + o : NULL,
+        bn_apply(k_at(a->x, o, bf), a->r ? k_at(a->r, o, bf) : NULL,
                  k_at_mut(a->y, o, bf), hw, sc, sh, a->relu, bf);
     }
 }
@@ -187,7 +198,7 @@ K_BODY void bn_fwd_channel(const bn_fwd_args *a, int64_t c, bool bf) {
 K_BODY void bn_fwd_row(const bn_fwd_args *a, int64_t n, bool bf) {
     const int64_t C = a->s.c;
     const void *xp = k_at(a->x, n * C, bf);
-    const float *rp = a->r ? a->r + n * C : NULL;
+    const void *rp = a->r ? k_at(a->r, n * C, bf) : NULL;
     void *yp = k_at_mut(a->y, n * C, bf);
     for (int64_t c = 0; c < C; c++) {
         double m = a->rmean ? (double)a->rmean[c] : (double)a->mean[c];
@@ -195,8 +206,8 @@ K_BODY void bn_fwd_row(const bn_fwd_args *a, int64_t n, bool bf) {
         double rstd = 1.0 / sqrt(v + a->eps);
         float sc = (float)(a->gamma[c] * rstd);
         float sh = (float)(a->beta[c] - m * a->gamma[c] * rstd);
-        k_st(yp, c, bn_epilogue(k_ld(xp, c, bf) * sc + sh, rp, c, a->relu),
-             bf);
+        k_st(yp, c,
+             bn_epilogue(k_ld(xp, c, bf) * sc + sh, rp, c, a->relu, bf), bf);
     }
 }
 
@@ -215,7 +226,6 @@ static void bn_forward(const delta_kargs *k, bool has_r, bool relu) {
         .eps = k->op->a.eps, .relu = relu,
     };
     const bool bf = k_is_bf16(k->in_t[0]);
-    DELTA_ASSERT(!bf || (!has_r && !relu)); /* the fused forms are F32 */
     const int64_t C = a.s.c;
     PAR_FOR(C * a.s.n * a.s.hw >= PAR_MIN)
     for (int64_t c = 0; c < C; c++) {

@@ -88,7 +88,7 @@ void delta_k_global_avgpool_bwd(const delta_kargs *k);
 void delta_k_batchnorm(const delta_kargs *k);
 void delta_k_batchnorm_bwd(const delta_kargs *k);
 /* The fused forms (fuse.c): the bits of batchnorm -> relu and batchnorm
- * -> add -> relu. */
+ * -> add -> relu, in F32 or BF16. */
 void delta_k_batchnorm_relu(const delta_kargs *k);
 void delta_k_batchnorm_add_relu(const delta_kargs *k);
 void delta_k_bn_running_update(const delta_kargs *k);

@@ -15,7 +15,8 @@ extern "C" {
 
 /* Whether t's CUDA kernel is one body for F32 and BF16 operands (templated
  * on the element type, computing in fp32 and rounding each BF16 output
- * once: cu_common.cuh's cu_ld / cu_st), so an op of type t with BF16
+ * once: cu_common.cuh's cu_ld / cu_st; the fused batch norms also round
+ * where their unfused chain stored a tensor), so an op of type t with BF16
  * operands runs it directly, without fp32 copies in its workspace. Besides
  * these, the cast and matmul / linear (cuBLASLt, cu_lt_gemm.cu) are native;
  * the convolution family is widened (delta_op_widens_bf16); any other
@@ -23,6 +24,7 @@ extern "C" {
 static inline bool delta_cuda_bf16_generic(delta_op_type t) {
     switch (t) {
     case DELTA_OP_BATCHNORM: case DELTA_OP_BATCHNORM_BWD:
+    case DELTA_OP_BATCHNORM_RELU: case DELTA_OP_BATCHNORM_ADD_RELU:
     case DELTA_OP_LAYERNORM: case DELTA_OP_LAYERNORM_BWD:
     case DELTA_OP_MAXPOOL2D: case DELTA_OP_MAXPOOL2D_BWD:
     case DELTA_OP_AVGPOOL2D: case DELTA_OP_AVGPOOL2D_BWD:

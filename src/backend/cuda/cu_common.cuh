@@ -9,6 +9,8 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "core/bf16.h"
 
+#include <type_traits>
+
 #define CU_THREADS 256
 #define CU_MAX_BLOCKS 65535
 
@@ -83,6 +85,14 @@ __device__ static inline void cu_st(float *p, int64_t i, float v) {
 }
 __device__ static inline void cu_st(uint16_t *p, int64_t i, float v) {
     p[i] = delta_f32_to_bf16(v);
+}
+
+/* v as an element of type T holds it: v for float, v rounded to BF16 and
+ * widened back for uint16_t (what cu_st then cu_ld give), for a kernel that
+ * computes what several ops did and rounds where they stored a tensor. */
+template <typename T> __device__ static inline float cu_round(float v) {
+    if constexpr (std::is_same<T, uint16_t>::value) return delta_bf16_round(v);
+    else return v;
 }
 
 /* Calls f(T()) with T the element type of a float tensor of dtype dt:

@@ -4,7 +4,7 @@
  * of src/backend/cpu/k_norm.c; every reduction is in double and in an
  * order fixed by the shape alone, so a run is reproducible bit for bit on
  * any GPU. The order differs from the CPU's, so results agree with it to
- * rounding. Batch norm and layer norm (not the fused forms) take x and dy
+ * rounding. Batch norm, its fused forms and layer norm take x, r and dy
  * and give y and dx in F32 or BF16 (one templated body, cu_common.cuh);
  * parameters, statistics and their gradients are F32.
  *
@@ -18,13 +18,13 @@
  * channel merges its chunks in chunk order (forward: Chan's pairwise
  * formula) and turns the statistics into per-channel coefficients; a block
  * per (channel, chunk) again writes y or dx (the fused forms add r and
- * apply relu there with cu_eltwise.cu's float operations, so they give the
- * unfused chain's bits). Blocks walk their chunk with 32-bit indices
- * (64-bit when the tensor has 2^31 elements or more), a thread taking four
- * consecutive elements at a time when the plane size is a multiple of 4
- * (one float4 access when aligned), else one, with BN_UNROLL steps' loads
- * in flight; the walk steps its (image, offset) position by additions, no
- * division per element. Layer norm: a block per row; its dgamma/dbeta: a
+ * apply relu there with cu_eltwise.cu's float operations, rounding to BF16
+ * where the unfused ops store, so they give the unfused chain's bits).
+ * Blocks walk their chunk with 32-bit indices (64-bit when the tensor has
+ * 2^31 elements or more), a thread taking four consecutive elements at a
+ * time when the plane size is a multiple of 4 (one float4 access when
+ * aligned), else one, with BN_UNROLL steps' loads in flight; the walk steps
+ * its (image, offset) position by additions, no division per element. Layer norm: a block per row; its dgamma/dbeta: a
  * fixed column-block / row-lane split. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/kernel_shapes.h"
@@ -270,14 +270,19 @@ enum { BN_PLAIN = 0, BN_RELU = 1, BN_ADD_RELU = 2 };
 
 /* y = x·scale + shift (then + r, then relu): the unfused kernels' float
  * operations in their order (cu_eltwise.cu's add and relu), so the fused
- * ops give the unfused chain's bits. v[0] is x, v[1] r. */
-template <int EPI, int V, int NIN>
+ * ops give the unfused chain's bits. For T BF16 the chain stored the batch
+ * norm's value and the sum in BF16, so both are rounded here (cu_round),
+ * and relu comes after the rounding as the unfused relu's does (a tiny
+ * negative value rounds to -0, which stays -0); the plain form is rounded
+ * once by its store. v[0] is x, v[1] r. */
+template <int EPI, typename T, int V, int NIN>
 __device__ static inline float bn_out(const float (&v)[NIN][V], int j,
                                       float sc, float sh) {
     float y = v[0][j] * sc + sh;
-    if constexpr (EPI == BN_ADD_RELU) y = y + v[NIN - 1][j];
-    if constexpr (EPI != BN_PLAIN) y = y < 0.0f ? 0.0f : y;
-    return y;
+    if constexpr (EPI == BN_PLAIN) return y;
+    y = cu_round<T>(y);
+    if constexpr (EPI == BN_ADD_RELU) y = cu_round<T>(y + v[NIN - 1][j]);
+    return y < 0.0f ? 0.0f : y;
 }
 
 template <int EPI, typename I, int V, typename T>
@@ -291,7 +296,7 @@ __global__ static void __launch_bounds__(BN_THREADS)
     bn_walk<NIN>(g, bk, src, [&](I off, float(&v)[NIN][V]) {
         float o[V];
 #pragma unroll
-        for (int j = 0; j < V; j++) o[j] = bn_out<EPI>(v, j, sc, sh);
+        for (int j = 0; j < V; j++) o[j] = bn_out<EPI, T>(v, j, sc, sh);
         bn_st<V>(y + off, g.vec, o);
     });
 }
@@ -437,7 +442,7 @@ static unsigned bn_merge_blocks(int64_t nch) {
 
 /* batchnorm, batchnorm_relu and batchnorm_add_relu: ins x, gamma, beta,
  * [r,] [rmean, rvar]; outs y, mean, var. x, r and y of element type T
- * (BF16 for batchnorm only: the fused forms are F32 only), the rest F32. */
+ * (float for F32, uint16_t for BF16), the rest F32. */
 template <int EPI, typename T>
 static void bn_forward(const delta_cuda_kctx *c, const delta_kargs *k) {
     const int ri = EPI == BN_ADD_RELU ? 4 : 3; /* first running stat */
@@ -473,12 +478,12 @@ void delta_cu_batchnorm(const delta_cuda_kctx *c, const delta_kargs *k) {
 }
 
 void delta_cu_batchnorm_relu(const delta_cuda_kctx *c, const delta_kargs *k) {
-    bn_forward<BN_RELU, float>(c, k);
+    CU_WITH_T(k->in_t[0], k->op, bn_forward<BN_RELU, T>(c, k));
 }
 
 void delta_cu_batchnorm_add_relu(const delta_cuda_kctx *c,
                                  const delta_kargs *k) {
-    bn_forward<BN_ADD_RELU, float>(c, k);
+    CU_WITH_T(k->in_t[0], k->op, bn_forward<BN_ADD_RELU, T>(c, k));
 }
 
 __global__ static void bn_running_k(const float *mean, const float *var,
