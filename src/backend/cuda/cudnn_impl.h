@@ -63,6 +63,7 @@ typedef struct delta_cudnn {
     size_t ws_cap;           /* DELTA_CUDNN_WORKSPACE_MB */
     bool find;               /* DELTA_CUDNN_FIND != 0 */
     bool plans_on;           /* DELTA_CUDNN_API != legacy */
+    bool log;                /* DELTA_CUDNN_LOG=1: each new plan to stderr */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;

@@ -32,6 +32,7 @@
 #include "core/grow.h"
 #include "core/median.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -216,8 +217,10 @@ static int configs_of(delta_cudnn *d, const dnn_graph *gr, bdesc *cfgs,
     return n;
 }
 
-/* Whether cfg's engine keeps dt's math deterministically (see the top). */
-static bool qualifies(delta_cudnn *d, bdesc cfg, delta_dtype dt) {
+/* Whether cfg's engine keeps dt's math deterministically (see the top).
+ * *notes (when not NULL) gets the engine's numerical notes as a bit set. */
+static bool qualifies_noting(delta_cudnn *d, bdesc cfg, delta_dtype dt,
+                             unsigned *notes_seen) {
     bdesc engine = NULL;
     cudnnStatus_t st = d->f_cudnnBackendCreateDescriptor(
         CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine);
@@ -234,6 +237,8 @@ static bool qualifies(delta_cudnn *d, bdesc cfg, delta_dtype dt) {
             CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes);
     destroy(d, &engine);
     if (st != CUDNN_STATUS_SUCCESS) return false;
+    for (int64_t i = 0; notes_seen && i < nn; i++)
+        *notes_seen |= 1u << (unsigned)notes[i];
     for (int64_t i = 0; i < nn; i++) {
         cudnnBackendNumericalNote_t t = notes[i];
         if (t == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC ||
@@ -243,6 +248,10 @@ static bool qualifies(delta_cudnn *d, bdesc cfg, delta_dtype dt) {
             return false;
     }
     return true;
+}
+
+static bool qualifies(delta_cudnn *d, bdesc cfg, delta_dtype dt) {
+    return qualifies_noting(d, cfg, dt, NULL);
 }
 
 /* A finalized plan of cfg and the workspace it needs; NULL when refused. */
@@ -385,11 +394,21 @@ static bdesc choose_plan(delta_cudnn *d, delta_op_type type,
         plan = plan_of(d, cfgs[rank], need);
         if (plan && *need != memory) destroy(d, &plan); /* not the timed one */
     }
+    /* for DELTA_CUDNN_LOG: how far the configurations got */
+    int qualified = 0, built = 0;
+    unsigned notes = 0;
     for (int i = 0; !plan && i < n; i++) {
-        if (!qualifies(d, cfgs[i], dt)) continue;
+        if (!qualifies_noting(d, cfgs[i], dt, &notes)) continue;
+        qualified++;
         plan = plan_of(d, cfgs[i], need);
+        built += plan != NULL;
         if (plan && *need > ws_bytes) destroy(d, &plan);
     }
+    if (d->log && !plan)
+        fprintf(stderr, "delta cudnn: no plan: %d configurations, %d "
+                "qualified, %d built, none within %zu bytes; numerical notes "
+                "seen (bits of cudnnBackendNumericalNote_t) 0x%x\n",
+                n, qualified, built, ws_bytes, notes);
     for (int i = 0; i < n; i++) destroy(d, &cfgs[i]);
     graph_free(d, &gr);
     return plan;
@@ -418,6 +437,15 @@ dnn_plan *dnn_plan_add(delta_cudnn *d, delta_op_type type,
                     .beta = beta};
     p->plan = choose_plan(d, type, g, dt, ws_bytes, beta, rank, memory,
                           &p->memory);
+    if (d->log) /* DELTA_CUDNN_LOG=1: which shapes got a plan */
+        fprintf(stderr,
+                "delta cudnn: %s %s n%lld c%lld %lldx%lld k%lld r%lld s%lld "
+                "ws %zu beta %g: %s rank %d memory %zu\n",
+                delta_op_type_name(type), delta_dtype_name(dt),
+                (long long)g->n, (long long)g->c, (long long)g->h,
+                (long long)g->w, (long long)g->k, (long long)g->r,
+                (long long)g->s, ws_bytes, beta,
+                p->plan ? "plan" : "NO PLAN", rank, p->memory);
     return p;
 }
 
