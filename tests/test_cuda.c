@@ -707,16 +707,18 @@ static void ops_match_cpu(delta_backend *be, bool bf16) {
     printf("  convolutions on %s (heuristics within the declared "
            "workspace)\n", path);
     ops_against_cpu(be, false, bf16, false);
-    /* cuDNN's legacy calls, which run the shapes without a backend-API
-     * plan (every shape under DELTA_CUDNN_API=legacy) */
-    setenv("DELTA_CUDNN_API", "legacy", 1);
+    /* the other cuDNN route of the dtype: backend-API plans for F32
+     * (DELTA_CUDNN_API=plans), the legacy calls for BF16 (which run its
+     * shapes without a plan) */
+    const char *other = bf16 ? "legacy" : "plans";
+    setenv("DELTA_CUDNN_API", other, 1);
     char why[400];
     delta_backend *bl = delta_backend_cuda_new(NULL, why, sizeof why);
     unsetenv("DELTA_CUDNN_API");
-    CHECK(bl != NULL, "a legacy-cuDNN cuda backend: %s", why);
+    CHECK(bl != NULL, "a DELTA_CUDNN_API=%s cuda backend: %s", other, why);
     if (bl) {
-        printf("  convolutions on %s, legacy calls (timed choices)\n",
-               delta_cuda_conv_path(bl));
+        printf("  convolutions on %s, DELTA_CUDNN_API=%s (timed choices)\n",
+               delta_cuda_conv_path(bl), other);
         ops_against_cpu(bl, false, bf16, true);
         delta_backend_free(bl);
     }

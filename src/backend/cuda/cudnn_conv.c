@@ -34,12 +34,15 @@
  * no key formatting: the query costs far more host time than the launch.
  * When nothing qualifies the caller lowers the convolution itself.
  *
- * Launching: each convolution runs a kept execution plan of cuDNN's backend
- * API (cudnn_plan.c, where the choice by heuristics and by timing is made
- * the same way over the backend API's engine configurations); the legacy
- * calls below run a shape that has no plan, and every shape under
- * DELTA_CUDNN_API=legacy. cuDNN 9 rebuilds a legacy call's plan on every
- * call, ~150 us of host time per convolution on an H200.
+ * Launching: a BF16 convolution runs a kept execution plan of cuDNN's
+ * backend API (cudnn_plan.c, where the choice by heuristics and by timing
+ * is made the same way over the backend API's engine configurations): cuDNN
+ * 9 rebuilds a legacy call's plan on every call, ~150 us of host time per
+ * convolution on an H200, and BF16 steps are bound by the host. F32
+ * convolutions, bound by the GPU, take the legacy calls below, whose timed
+ * choices ran faster (dnn_uses_plans). The legacy calls also run a shape
+ * that has no plan (legacy_ok says which). DELTA_CUDNN_API=plans runs F32
+ * as plans too, DELTA_CUDNN_API=legacy neither.
  *
  * The legacy convolution API (deprecated in cuDNN 9, still shipped) is
  * used through function pointers looked up with dlsym; <cudnn.h> is only
@@ -134,7 +137,13 @@ delta_cudnn *delta_cudnn_open(cudaStream_t stream, const char *device,
     const char *find = getenv("DELTA_CUDNN_FIND");
     d->find = !(find && !strcmp(find, "0"));
     const char *api = getenv("DELTA_CUDNN_API");
-    d->plans_on = !(api && !strcmp(api, "legacy"));
+    /* BF16 as plans by default (its steps are bound by the host, whose
+     * legacy calls cost ~150 us each); F32 by the legacy calls, whose timed
+     * choices ran ResNet-50's fp32 step 2-3% faster on the H200 than the
+     * plans' (0.0872-0.0882 s against 0.0892-0.0904), the GPU setting the
+     * pace there */
+    d->plans_bf16 = !(api && !strcmp(api, "legacy"));
+    d->plans_f32 = api && !strcmp(api, "plans");
     const char *log = getenv("DELTA_CUDNN_LOG");
     d->log = log && !strcmp(log, "1");
     /* the cache: one GPU model and cuDNN version per device key */
@@ -249,7 +258,7 @@ static void tune_key(const delta_cudnn *d, delta_op_type type,
                      char *buf, size_t n) {
     snprintf(buf, n,
              "%s%s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
-             d->plans_on ? "plan " : "", delta_op_type_name(type), delta_dtype_name(dt), (long long)g->n,
+             dnn_uses_plans(d, dt) ? "plan " : "", delta_op_type_name(type), delta_dtype_name(dt), (long long)g->n,
              (long long)g->c, (long long)g->h, (long long)g->w,
              (long long)g->k, (long long)g->r, (long long)g->s,
              (long long)g->stride, (long long)g->pad, cap);
@@ -380,7 +389,7 @@ size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
                         const delta_conv_dims *g, delta_dtype dt,
                         size_t declared) {
     if (!d || !d->find || !delta_cuda_is_conv(type) ||
-        (!d->plans_on && !legacy_ok(type, dt)) || !describe(d, g, dt))
+        (!dnn_uses_plans(d, dt) && !legacy_ok(type, dt)) || !describe(d, g, dt))
         return declared;
     size_t cap = tune_cap(d, g, dt, declared);
     char key[256];
@@ -388,7 +397,7 @@ size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
     int algo;
     size_t memory;
     if (!delta_algo_cache_get(d->tuned, key, &algo, &memory)) {
-        bool timed = d->plans_on
+        bool timed = dnn_uses_plans(d, dt)
                          ? dnn_plan_time(d, type, g, dt, cap, &algo, &memory)
                          : time_algos(d, type, g, dt, cap, &algo, &memory);
         if (!timed) return declared;
@@ -482,7 +491,8 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
                       void *ws, size_t ws_bytes) {
     if (!d || !delta_cuda_is_conv(type) || !describable(g, dt)) return false;
     if (!ws) ws_bytes = 0;
-    if (d->plans_on && run_plan(d, type, g, dt, a, b, out, beta, ws, ws_bytes))
+    if (dnn_uses_plans(d, dt) &&
+        run_plan(d, type, g, dt, a, b, out, beta, ws, ws_bytes))
         return true;
     if (!legacy_ok(type, dt) || !describe(d, g, dt)) return false;
     algo_choice tmp;

@@ -62,7 +62,8 @@ typedef struct delta_cudnn {
     delta_algo_cache *tuned; /* timed choices: key -> algo, workspace */
     size_t ws_cap;           /* DELTA_CUDNN_WORKSPACE_MB */
     bool find;               /* DELTA_CUDNN_FIND != 0 */
-    bool plans_on;           /* DELTA_CUDNN_API != legacy */
+    bool plans_bf16;         /* BF16 as plans: DELTA_CUDNN_API != legacy */
+    bool plans_f32;          /* F32 as plans: DELTA_CUDNN_API=plans */
     bool log;                /* DELTA_CUDNN_LOG=1: each new plan to stderr */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
@@ -74,6 +75,12 @@ typedef struct delta_cudnn {
     int n_plans, cap_plans;
     DNN_FUNCS(DNN_FIELD)
 } delta_cudnn;
+
+/* Whether convolutions of dt run as backend-API plans (cudnn_plan.c)
+ * rather than the legacy calls. */
+static inline bool dnn_uses_plans(const delta_cudnn *d, delta_dtype dt) {
+    return dt == DELTA_BF16 ? d->plans_bf16 : d->plans_f32;
+}
 
 /* The bytes of one element of dt (F32 or BF16). */
 static inline size_t dnn_elem_bytes(delta_dtype dt) {

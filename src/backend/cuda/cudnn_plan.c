@@ -25,8 +25,10 @@
  * every arena tensor has, never with where one happens to lie.
  *
  * Any step that cuDNN refuses leaves the shape without a plan, and
- * cudnn_conv.c's legacy route runs it: a bug here costs speed, not
- * correctness. DELTA_CUDNN_API=legacy turns plans off. */
+ * cudnn_conv.c's legacy route (or, where that is not trusted, the widened
+ * fp32 one) runs it: a bug here costs speed, not correctness. Plans run
+ * BF16 convolutions; DELTA_CUDNN_API=plans adds F32, =legacy turns them
+ * off. */
 #ifdef DELTA_HAVE_CUDNN_H
 #include "backend/cuda/cudnn_impl.h"
 #include "core/grow.h"
