@@ -11,8 +11,10 @@
  *    an op type's factor scales its time, each link direction has its
  *    rate, queued kernels are kernel_gap_s apart; a file with the figures
  *    alone costs as the constants do;
+ *  - a file's host seconds per op type are charged by the sim's host (a
+ *    keep step bound by them), and the cpu calibration writes them;
  *  - bad files (missing, not JSON, a field missing, negative, of the wrong
- *    type, a bad curve or factor) are refused with exit 2 naming the field
+ *    type, a bad curve, factor or host cost) are refused with exit 2 naming the field
  *    by train, plan, maxbatch and bench;
  *  - --out that is not a regular file (a device, a folder, a FIFO) is
  *    refused with exit 2 before anything is measured.
@@ -98,6 +100,10 @@ static void test_cpu_quick(void) {
     CHECK(cJSON_IsObject(f) && num(f, "matmul") > 0 && num(f, "conv2d") > 0 &&
               num(f, "layernorm") > 0,
           "factors of the traced programs' op types");
+    const cJSON *h = cJSON_GetObjectItem(d, "op_host_s");
+    CHECK(cJSON_IsObject(h) && num(h, "matmul") > 0 && num(h, "conv2d") > 0 &&
+              num(h, "layernorm") > 0 && num(h, "matmul") < 1,
+          "host seconds of the traced programs' op types");
     const cJSON *rec = cJSON_GetObjectItem(d, "calibration");
     CHECK(!strcmp(str(rec, "backend"), "cpu") &&
               cJSON_GetArraySize(cJSON_GetObjectItem(rec, "steps")) == 2 &&
@@ -339,6 +345,44 @@ static void test_hand_made_costs(void) {
     delta_ctx_free(ctx);
 }
 
+/* A file's host seconds per op type are what the simulator's host spends
+ * on each such op: 2 ms a matmul and a linear make the tiny GPT-2's keep
+ * step bound by the host (its ~40 products alone 80 ms, where the same
+ * file without them steps in well under 10 ms), and the file written by
+ * delta_calibration's own writer carries them. */
+static void test_host_costs_charged(void) {
+    char plain[128], slow[128], out[128], err[512];
+    path_in_tmp(plain, sizeof plain, "host-plain.json");
+    path_in_tmp(slow, sizeof slow, "host-slow.json");
+    write_device(plain, NULL, "");
+    write_device(slow, NULL,
+                 "\"op_host_s\": {\"matmul\": 2e-3, \"linear\": 2e-3}");
+    delta_gpu_preset *g = delta_gpu_file_load(slow, err, sizeof err);
+    CHECK(g != NULL && g->eff &&
+              g->eff->op_host_s[DELTA_OP_MATMUL] == 2e-3 &&
+              g->eff->op_host_s[DELTA_OP_RELU] == 0,
+          "loaded: %s", err);
+    delta_gpu_file_free(g);
+    double step[2] = {-1, -1};
+    for (int i = 0; i < 2; i++) {
+        path_in_tmp(out, sizeof out, i ? "host-slow.jsonl" : "host-plain.jsonl");
+        RUN("train", TINY, "--gpu-file", i ? slow : plain, "--steps", "4",
+            "--quiet", "--json", out);
+        CHECK(res.status == 0, "train: status %d: %.400s", res.status,
+              res.err);
+        cJSON *l[8] = {0};
+        int n = read_json_lines(out, l, 8);
+        const cJSON *sum = n > 0 ? cJSON_GetObjectItem(l[n - 1], "summary")
+                                 : NULL;
+        if (sum) step[i] = num(sum, "median_step_s");
+        for (int j = 0; j < 8; j++) cJSON_Delete(l[j]);
+    }
+    CHECK(step[0] > 0 && step[0] < 0.01 && step[1] > 0.04 &&
+              step[1] > 10 * step[0],
+          "keep's step: %.6f s without host costs, %.6f s with 2 ms a "
+          "product", step[0], step[1]);
+}
+
 /* ---- bad files -------------------------------------------------------------- */
 
 /* A bad device file: every command that takes --gpu-file exits 2 and
@@ -415,6 +459,9 @@ static void test_bad_files(void) {
          "efficiency.gemm[0]"},
         {NULL, "\"op_factors\": {\"relux\": 2}", "op_factors.relux"},
         {NULL, "\"op_factors\": {\"relu\": 0}", "op_factors.relu"},
+        {NULL, "\"op_host_s\": {\"convv\": 1e-4}", "op_host_s.convv"},
+        {NULL, "\"op_host_s\": {\"conv2d\": -1e-4}", "op_host_s.conv2d"},
+        {NULL, "\"op_host_s\": [1e-4]", "op_host_s"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_device(path, bad[i].drop, bad[i].extra);
@@ -459,6 +506,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_help);
     TEST_RUN(test_hand_made_costs);
     TEST_RUN(test_bad_files);
+    TEST_RUN(test_host_costs_charged);
     TEST_RUN(test_out_not_regular);
     TEST_RUN(test_sim_gives_back_its_preset);
     TEST_RUN(test_sim_gives_back_its_duplex);

@@ -208,9 +208,10 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
     delta_session *session = delta_trainer_session(t.tr);
     int n_ops = delta_ctx_n_ops(ctx);
     double *op_s = calloc((size_t)n_ops * (size_t)steps, sizeof *op_s);
+    double *host_s = calloc((size_t)n_ops * (size_t)steps, sizeof *host_s);
     double *col = calloc((size_t)steps, sizeof *col);
     double *step = calloc((size_t)steps, sizeof *step);
-    if (!op_s || !col || !step) {
+    if (!op_s || !host_s || !col || !step) {
         st = DELTA_ERR_NOMEM;
         fprintf(stderr, "delta calibrate: out of memory\n");
     }
@@ -223,18 +224,25 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
             break;
         }
         step[s] = ss.step_s;
-        for (int i = 0; i < n_ops; i++)
+        for (int i = 0; i < n_ops; i++) {
             op_s[(size_t)i * (size_t)steps + (size_t)s] =
                 delta_session_op_seconds(session, i);
+            host_s[(size_t)i * (size_t)steps + (size_t)s] =
+                delta_session_op_host_seconds(session, i);
+        }
     }
     if (st == DELTA_OK) {
-        /* per op, the median over the steps, in op_s's first column */
+        /* per op, the medians over the steps, in op_s's and host_s's
+         * first columns */
         double busy = 0;
         int timed = 0;
         for (int i = 0; i < n_ops; i++) {
             double *row = &op_s[(size_t)i * (size_t)steps];
             memcpy(col, row, sizeof *col * (size_t)steps);
             op_s[i] = delta_median(col, (int)steps);
+            row = &host_s[(size_t)i * (size_t)steps];
+            memcpy(col, row, sizeof *col * (size_t)steps);
+            host_s[i] = delta_median(col, (int)steps);
             if (op_s[i] > 0) {
                 busy += op_s[i];
                 timed++;
@@ -243,11 +251,13 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
         *step_s = delta_median(step, (int)steps);
         *gap_s = timed && *step_s > busy ? (*step_s - busy) / timed : 0;
         st = delta_calibration_add_step(cal, label, ctx, op_s, *step_s);
+        if (st == DELTA_OK) st = delta_calibration_add_host(cal, ctx, host_s);
         if (!quiet)
             fprintf(stderr, "  %s: keep step %.3f ms (median of %" PRId64
                     ")\n", label, *step_s * 1e3, steps);
     }
     free(op_s);
+    free(host_s);
     free(col);
     free(step);
     trainer_free(&t);

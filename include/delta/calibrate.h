@@ -72,6 +72,17 @@ DELTA_API delta_status delta_calibration_add_step(delta_calibration *c,
                                                   const delta_ctx *ctx,
                                                   const double *op_s,
                                                   double step_s);
+/* The host's side of such steps: op_host_s[i] is the host seconds the
+ * runtime spent on op i (delta_session_op_host_seconds; <= 0: left out).
+ * Every op type's host cost becomes the mean over its ops added so far;
+ * the simulator charges it per op in place of the launch figures, which
+ * makes a step whose host work outlasts its device work (BF16 ResNet-50 on
+ * an H200: cuDNN calls of 57-190 us) host-bound there too.
+ * DELTA_ERR_INVALID_ARG when ctx has no ops. */
+DELTA_API delta_status delta_calibration_add_host(delta_calibration *c,
+                                                  const delta_ctx *ctx,
+                                                  const double *op_host_s);
+
 /* Sets the device's idle time between queued kernels (kernel_gap_s):
  * what a step spends outside its kernels' spans that the host's costs do
  * not explain. delta calibrate fits it so that the sim's keep steps of the

@@ -143,6 +143,14 @@ DELTA_API delta_status delta_session_read(delta_session *s, const delta_tensor *
  * sim); -1 when it did not run or was not timed. A view takes 0. */
 DELTA_API double delta_session_op_seconds(const delta_session *s, int op);
 
+/* Host seconds the runtime last spent on op i in a step (the policy's
+ * hooks, the launch with the backend's argument checks and library calls
+ * such as cuDNN's, freeing after it), waits for the device left out; the
+ * host's clock on cpu and cuda, the modelled host on sim; -1 before the
+ * op ran. What `delta calibrate` prices each op type's host cost by. */
+DELTA_API double delta_session_op_host_seconds(const delta_session *s,
+                                               int op);
+
 DELTA_API int64_t delta_session_step(const delta_session *s);
 DELTA_API void delta_session_set_step(delta_session *s, int64_t step);
 DELTA_API size_t delta_session_budget(const delta_session *s);

@@ -343,6 +343,10 @@ typedef struct delta_sim_curve {
 struct delta_sim_efficiency {
     delta_sim_curve curve[DELTA_SIM_KIND_COUNT];
     double op_factor[DELTA_OP_TYPE_COUNT]; /* > 0; 0: none (1) */
+    /* host seconds an op of the type costs the host (the runtime's step
+     * loop and the launch, as measured in keep steps), in place of the
+     * preset's launch_host_s (+ library_host_s); 0: none (those) */
+    double op_host_s[DELTA_OP_TYPE_COUNT];
 };
 typedef struct delta_sim_efficiency delta_sim_efficiency;
 

@@ -65,6 +65,8 @@ typedef struct link_dir {
 typedef struct type_sum {
     int count;
     double measured_s, predicted_s;
+    int host_count;  /* ops with a host time (delta_calibration_add_host) */
+    double host_s;   /* their host seconds, summed */
 } type_sum;
 
 typedef struct step_rec {
@@ -914,7 +916,8 @@ const delta_gpu_preset *delta_calibration_device(const delta_calibration *c) {
     return &c->g;
 }
 
-/* Each op type's factor: measured over predicted, summed over the steps. */
+/* Each op type's factor: measured over predicted, summed over the steps;
+ * and its host seconds per op, the mean over the ops given one. */
 static void fit_factors(delta_calibration *c) {
     for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++) {
         const type_sum *s = &c->types[t];
@@ -922,7 +925,25 @@ static void fit_factors(delta_calibration *c) {
                                       s->predicted_s > 0
                                   ? s->measured_s / s->predicted_s
                                   : 0;
+        c->eff.op_host_s[t] =
+            s->host_count && s->host_s > 0 ? s->host_s / s->host_count : 0;
     }
+}
+
+delta_status delta_calibration_add_host(delta_calibration *c,
+                                        const delta_ctx *ctx,
+                                        const double *op_host_s) {
+    if (!c || !ctx || ctx->n_ops == 0 || !op_host_s)
+        return DELTA_ERR_INVALID_ARG;
+    for (int i = 0; i < ctx->n_ops; i++) {
+        const delta_op *op = &ctx->ops[i];
+        if (op->type == DELTA_OP_RESHAPE || !(op_host_s[i] > 0)) continue;
+        type_sum *s = &c->types[op->type];
+        s->host_count++;
+        s->host_s += op_host_s[i];
+    }
+    fit_factors(c);
+    return DELTA_OK;
 }
 
 delta_status delta_calibration_add_step(delta_calibration *c,
@@ -1005,8 +1026,8 @@ void delta_calibration_print(const delta_calibration *c, void *file) {
     for (int i = 0; i < c->n_steps; i++)
         fprintf(f, "%s%s", i ? ", " : "", c->steps[i].label);
     fprintf(f, "): measured against the sim's figures before factors\n");
-    fprintf(f, "%-22s %6s %12s %12s %8s\n", "op type", "ops", "measured ms",
-            "predicted ms", "factor");
+    fprintf(f, "%-22s %6s %12s %12s %8s %9s\n", "op type", "ops",
+            "measured ms", "predicted ms", "factor", "host us");
     int order[DELTA_OP_TYPE_COUNT], n = 0;
     for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
         if (c->types[t].count) order[n++] = t;
@@ -1019,10 +1040,10 @@ void delta_calibration_print(const delta_calibration *c, void *file) {
         }
     for (int i = 0; i < n; i++) {
         const type_sum *s = &c->types[order[i]];
-        fprintf(f, "%-22s %6d %12.3f %12.3f %8.3f\n",
+        fprintf(f, "%-22s %6d %12.3f %12.3f %8.3f %9.2f\n",
                 delta_op_type_name((delta_op_type)order[i]), s->count,
                 s->measured_s * 1e3, s->predicted_s * 1e3,
-                c->eff.op_factor[order[i]]);
+                c->eff.op_factor[order[i]], c->eff.op_host_s[order[i]] * 1e6);
     }
     for (int i = 0; i < c->n_steps; i++) {
         const step_rec *st = &c->steps[i];

@@ -144,10 +144,12 @@ delta_event mg_launch(managed *m, const delta_kargs *k, mg_issued *is) {
     if (delta_op_is_collective(op->type) && m->b->ops->collective)
         return launch_collective(m, k, is);
     if (m->issued.n >= m->issued.cap) { /* the run-ahead bound */
-        double w0 = m->trace ? managed_now(m) : 0;
+        double w0 = managed_now(m);
         delta_backend_throttle(m->b, RING_AT(m->issued, 0).e);
         mg_collect_ops(m);
-        if (m->trace) mg_trace_op(m, DELTA_TRACK_HOST, op, "throttle", w0, managed_now(m));
+        double w1 = managed_now(m);
+        m->op_wait_s += w1 - w0; /* not the op's host time */
+        if (m->trace) mg_trace_op(m, DELTA_TRACK_HOST, op, "throttle", w0, w1);
     }
     double l0 = m->trace ? managed_now(m) : 0;
     delta_backend_run(m->b, k);

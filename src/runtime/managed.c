@@ -57,6 +57,9 @@ double managed_op_seconds(const managed *m, int op) {
 double managed_op_span_seconds(const managed *m, int op) {
     return m->op_measured[op] ? m->op_s[op] : -1;
 }
+double managed_op_host_seconds(const managed *m, int op) {
+    return m->op_host_s[op];
+}
 double managed_now(const managed *m) { return delta_backend_clock(m->b); }
 double managed_run_seconds(const managed *m) { return m->run_s; }
 int64_t managed_clock(const managed *m) { return m->ticks; }
@@ -187,7 +190,8 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         const delta_op *op = &c->ops[i];
         if (m->fwd_only && op->phase != DELTA_PHASE_FORWARD) continue;
         m->cur_op = i;
-        double issue0 = m->trace ? managed_now(m) : 0;
+        double issue0 = managed_now(m);
+        m->op_wait_s = 0;
         mg_collect(m);
         if (m->pol->before_op) m->pol->before_op(m->pst, m, i);
         ok = m->fail_st == DELTA_OK && mg_run_op(m, op, false);
@@ -202,9 +206,10 @@ delta_status managed_run(managed *m, delta_run_mode mode, int64_t step,
         mg_free_temps(m);
         if (ok && m->pol->after_op) m->pol->after_op(m->pst, m, i);
         ok = ok && m->fail_st == DELTA_OK;
+        double issue1 = managed_now(m);
+        m->op_host_s[i] = issue1 - issue0 - m->op_wait_s;
         if (m->trace)
-            mg_trace_op(m, DELTA_TRACK_HOST, op, "host", issue0,
-                        managed_now(m));
+            mg_trace_op(m, DELTA_TRACK_HOST, op, "host", issue0, issue1);
     }
     m->cur_op = -1;
     /* a step ends when its copies have landed: the compute stream waits
@@ -364,6 +369,7 @@ void managed_free(managed *m) {
     free(m->order);
     free(m->op_s);
     free(m->op_measured);
+    free(m->op_host_s);
     free(m);
 }
 
@@ -497,13 +503,15 @@ managed *managed_new(delta_ctx *ctx, delta_backend *b, const managed_opts *o,
     m->order = calloc(n1, sizeof(mg_slot));
     m->op_s = calloc((size_t)no + 1, sizeof(double));
     m->op_measured = calloc((size_t)no + 1, sizeof(bool));
+    m->op_host_s = malloc(((size_t)no + 1) * sizeof(double));
     if (!m->is_root || !m->rv || !m->end_fwd || !m->pins || !m->off ||
         !m->host || !m->ev || !m->free_after || !m->outgoing || !m->out_end ||
         !m->host_written || !m->host_read || !m->comm_ev ||
         !m->comm_issued.a || !m->issued.a || !m->temps || !m->is_temp || !m->scratch ||
         !m->gaps || !m->gap_off || !m->dest || !m->order ||
-        !m->op_s || !m->op_measured)
+        !m->op_s || !m->op_measured || !m->op_host_s)
         goto nomem;
+    for (int i = 0; i <= no; i++) m->op_host_s[i] = -1;
     for (int i = 0; i < nt; i++) {
         const delta_tensor *t = ctx->tensors[i];
         if (t->view_of >= 0) continue;

@@ -144,6 +144,10 @@ bool managed_op_measured(const managed *m, int op);
 /* The op's last measured span on its stream (collectives included), or
  * -1 when it was never timed. */
 double managed_op_span_seconds(const managed *m, int op);
+/* Host seconds the step loop last spent on op (its hooks, its launch with
+ * the backend's argument checks and library calls, freeing after it),
+ * waits for the device left out; -1 before. */
+double managed_op_host_seconds(const managed *m, int op);
 /* Seconds one copy of bytes takes on the link, from a linear model
  * (latency + bytes / bandwidth) fitted to the copies measured so far, the
  * backend's nominal link before that. */

@@ -136,6 +136,11 @@ struct managed {
                                   of the soft limit */
     double *op_s;              /* per op: last measured seconds */
     bool *op_measured;
+    double *op_host_s;         /* per op: host seconds the step loop spent
+                                  on it last, waits for the device left
+                                  out; -1 before (the calibration prices
+                                  each op type's host cost from it) */
+    double op_wait_s;          /* the op in progress: throttle waits */
     int cur_op;                /* op of the run being run, -1 between */
     int64_t ticks;             /* ops run so far, recomputations included */
     int64_t step, steps_done;

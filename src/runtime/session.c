@@ -287,6 +287,11 @@ double delta_session_op_seconds(const delta_session *s, int op) {
     return managed_op_span_seconds(s->mg, op);
 }
 
+double delta_session_op_host_seconds(const delta_session *s, int op) {
+    if (op < 0 || op >= s->ctx->n_ops) return -1;
+    return managed_op_host_seconds(s->mg, op);
+}
+
 int64_t delta_session_step(const delta_session *s) { return s->step; }
 void delta_session_set_step(delta_session *s, int64_t step) { s->step = step; }
 size_t delta_session_budget(const delta_session *s) { return s->arena_bytes; }

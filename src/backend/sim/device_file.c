@@ -15,6 +15,8 @@
  *   "efficiency": {"gemm": [[flops, eff], ...], "elementwise": [[bytes,
  *                 eff], ...], ...}              optional curves per kind
  *   "op_factors": {"relu": 1.3, ...}           optional, per op type
+ *   "op_host_s": {"conv2d": 1.9e-4, ...}       optional, per op type: the
+ *                 host's seconds per op (in place of the launch figures)
  * Anything else (delta calibrate's "calibration" record) is not read. */
 #include "backend/backend.h"
 #include "backend/sim/device_file.h"
@@ -234,13 +236,40 @@ static int name_index(const char *name, bool kinds) {
     return -1;
 }
 
+/* An optional object of positive numbers by op type ("op_factors",
+ * "op_host_s") into v. */
+static bool read_by_op_type(const char *path, const cJSON *root,
+                            const char *key, const char *what, double *v,
+                            char *err, size_t n) {
+    const cJSON *f;
+    if (!member_object(path, root, key, what, &f, err, n)) return false;
+    for (const cJSON *it = f ? f->child : NULL; it; it = it->next) {
+        int t = name_index(it->string, false);
+        if (t < 0) {
+            errf(err, n, "device file '%s': %s.%s: no such op type", path,
+                 key, it->string);
+            return false;
+        }
+        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
+            !isfinite(it->valuedouble)) {
+            errf(err, n, "device file '%s': %s.%s must be a number above 0",
+                 path, key, it->string);
+            return false;
+        }
+        v[t] = it->valuedouble;
+    }
+    return true;
+}
+
 static bool read_efficiency(const char *path, const cJSON *root,
                             delta_sim_efficiency *eff, char *err, size_t n) {
-    const cJSON *e, *f;
+    const cJSON *e;
     if (!member_object(path, root, "efficiency", "curves by kind of op", &e,
                        err, n) ||
-        !member_object(path, root, "op_factors", "factors by op type", &f,
-                       err, n))
+        !read_by_op_type(path, root, "op_factors", "factors by op type",
+                         eff->op_factor, err, n) ||
+        !read_by_op_type(path, root, "op_host_s",
+                         "host seconds by op type", eff->op_host_s, err, n))
         return false;
     for (const cJSON *it = e ? e->child : NULL; it; it = it->next) {
         int k = name_index(it->string, true);
@@ -252,21 +281,6 @@ static bool read_efficiency(const char *path, const cJSON *root,
         }
         if (!read_curve(path, it->string, it, &eff->curve[k], err, n))
             return false;
-    }
-    for (const cJSON *it = f ? f->child : NULL; it; it = it->next) {
-        int t = name_index(it->string, false);
-        if (t < 0) {
-            errf(err, n, "device file '%s': op_factors.%s: no such op type",
-                 path, it->string);
-            return false;
-        }
-        if (!cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
-            !isfinite(it->valuedouble)) {
-            errf(err, n, "device file '%s': op_factors.%s must be a number "
-                 "above 0", path, it->string);
-            return false;
-        }
-        eff->op_factor[t] = it->valuedouble;
     }
     return true;
 }
@@ -405,6 +419,24 @@ done:
 
 /* ---- writing ---------------------------------------------------------------- */
 
+/* Whether v (by op type) has an entry (> 0). */
+static bool has_any(const double *v) {
+    for (int t = 0; t < DELTA_OP_TYPE_COUNT; t++)
+        if (v[t] > 0) return true;
+    return false;
+}
+
+/* o[key] = {op type: v[t]} over the entries > 0; NULL when out of memory. */
+static cJSON *add_by_op_type(cJSON *o, const char *key, const double *v) {
+    cJSON *obj = cJSON_AddObjectToObject(o, key);
+    for (int t = 0; obj && t < DELTA_OP_TYPE_COUNT; t++)
+        if (v[t] > 0 &&
+            !cJSON_AddNumberToObject(obj, delta_op_type_name((delta_op_type)t),
+                                     v[t]))
+            return NULL;
+    return obj;
+}
+
 cJSON *delta_gpu_file_json(const delta_gpu_preset *g) {
     cJSON *o = cJSON_CreateObject();
     bool ok = o && cJSON_AddStringToObject(o, "format", FORMAT_NAME) &&
@@ -439,13 +471,12 @@ cJSON *delta_gpu_file_json(const delta_gpu_preset *g) {
         }
         ok = ok && arr;
     }
-    cJSON *fac = ok && eff ? cJSON_AddObjectToObject(o, "op_factors") : NULL;
-    for (int t = 0; ok && fac && t < DELTA_OP_TYPE_COUNT; t++)
-        if (eff->op_factor[t] > 0)
-            ok = cJSON_AddNumberToObject(fac,
-                                         delta_op_type_name((delta_op_type)t),
-                                         eff->op_factor[t]) != NULL;
-    if (ok && eff) ok = curves && fac;
+    cJSON *fac = ok && eff ? add_by_op_type(o, "op_factors", eff->op_factor)
+                           : NULL;
+    cJSON *hst = ok && eff && has_any(eff->op_host_s)
+                     ? add_by_op_type(o, "op_host_s", eff->op_host_s)
+                     : NULL;
+    if (ok && eff) ok = curves && fac && (hst || !has_any(eff->op_host_s));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

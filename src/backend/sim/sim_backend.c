@@ -44,7 +44,9 @@
  * the host, which issues work ahead of the device and only waits for it in
  * sync. The host's costs are the preset's (launch_host_s, library_host_s,
  * launch_latency_s, sync_wake_s; presets.c and docs/DEVICE.md).
- *   run(op)      host += launch_host_s (+ library_host_s for GEMM-like ops,
+ *   run(op)      host += the device file's op_host_s for the op's type
+ *                when it has one, else launch_host_s (+ library_host_s for
+ *                GEMM-like ops,
  *                which go through cuBLAS/cuDNN on the GPU); the kernel
  *                starts at max(compute clock, host + launch_latency_s) and
  *                ends t(op) later, the new compute clock. A reshape
@@ -220,8 +222,10 @@ static void sim_run(void *ctx, const delta_kargs *k) {
         add_item(sb, DELTA_STREAM_COMPUTE, t, t);
         return;
     }
+    const delta_sim_efficiency *e = sb->gpu->eff;
     double host_s = sb->gpu->launch_host_s;
     if (gemm_like(op->type)) host_s += sb->gpu->library_host_s;
+    if (e && e->op_host_s[op->type] > 0) host_s = e->op_host_s[op->type];
     launch(sb, host_s, delta_sim_op_seconds(sb->gpu, sb->tensor_cores, op));
 }
 
