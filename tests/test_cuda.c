@@ -184,11 +184,13 @@ static delta_ctx *extra_graph(bool bf16) {
 }
 
 /* The models in BF16 the bf16 tests train: the tiny ResNet and GPT-2. */
-static model_case bf16_models[2];
-#define N_BF16_MODELS 2
+static model_case bf16_models[3];
+#define N_BF16_MODELS 3
 
+/* resnet, gpt2 and bert of policy_train.h in BF16 */
 static void bf16_models_init(void) {
-    static const char *const labels[] = {"resnet-bf16", "gpt2-bf16"};
+    static const char *const labels[] = {"resnet-bf16", "gpt2-bf16",
+                                         "bert-bf16"};
     for (int i = 0; i < N_BF16_MODELS; i++) {
         bf16_models[i] = models[1 + i];
         bf16_models[i].label = labels[i];
