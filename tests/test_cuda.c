@@ -839,7 +839,6 @@ static void native_vs_widened(const delta_cuda_kctx *kc, const delta_ctx *c,
         free(got[1][i]);
     }
 }
-#endif
 
 /* Whether a BF16 op of type t, natively on the GPU, must give the bits of
  * its widened form (the F32 kernel on exact fp32 copies, each output
@@ -851,6 +850,7 @@ static bool native_is_widened(delta_op_type t) {
     return delta_cuda_bf16_generic(t) && t != DELTA_OP_BATCHNORM_RELU &&
            t != DELTA_OP_BATCHNORM_ADD_RELU;
 }
+#endif
 
 /* Every op of the BF16 programs whose CUDA kernel takes BF16 itself
  * (native_is_widened) gives, on the GPU, the bits of its widened form,
