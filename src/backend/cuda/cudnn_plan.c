@@ -220,7 +220,7 @@ static int configs_of(delta_cudnn *d, const dnn_graph *gr, bdesc *cfgs,
 }
 
 /* Whether cfg's engine keeps dt's math deterministically (see the top).
- * *notes (when not NULL) gets the engine's numerical notes as a bit set. */
+ * *notes_seen (when not NULL) gains the engine's numerical notes as bits. */
 static bool qualifies_noting(delta_cudnn *d, bdesc cfg, delta_dtype dt,
                              unsigned *notes_seen) {
     bdesc engine = NULL;
