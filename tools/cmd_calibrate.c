@@ -182,6 +182,13 @@ static const char *program_label(const trainer *t, char *buf, size_t n) {
 }
 
 
+/* The median of row i of a (rows of `steps` values), through col. The
+ * caller writes op i's median to a[i], which lies in a row already read. */
+static double row_median(const double *a, int i, int64_t steps, double *col) {
+    memcpy(col, &a[(size_t)i * (size_t)steps], sizeof *col * (size_t)steps);
+    return delta_median(col, (int)steps);
+}
+
 /* Keep steps of program p on its backend: a warm-up step, then p->steps
  * more; each op's time is its median over them. Adds them to cal and
  * returns the median step in *step_s and the time outside the ops' spans
@@ -237,12 +244,8 @@ static delta_status trace_program(const train_config *p, delta_calibration *cal,
         double busy = 0;
         int timed = 0;
         for (int i = 0; i < n_ops; i++) {
-            double *row = &op_s[(size_t)i * (size_t)steps];
-            memcpy(col, row, sizeof *col * (size_t)steps);
-            op_s[i] = delta_median(col, (int)steps);
-            row = &host_s[(size_t)i * (size_t)steps];
-            memcpy(col, row, sizeof *col * (size_t)steps);
-            host_s[i] = delta_median(col, (int)steps);
+            op_s[i] = row_median(op_s, i, steps, col);
+            host_s[i] = row_median(host_s, i, steps, col);
             if (op_s[i] > 0) {
                 busy += op_s[i];
                 timed++;

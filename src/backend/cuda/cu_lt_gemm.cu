@@ -1,9 +1,9 @@
 /* GEMMs through cuBLASLt (docs/CUDA.md): every GEMM with BF16 operands (on
  * the tensor cores), and linear's GEMM in F32 when its bias goes into the
  * epilogue. Products are summed in fp32 (CUBLAS_COMPUTE_32F: no TF32, no
- * BF16 accumulation) with fp32 alpha and beta, and C/D of the op's output
- * dtype. A bias is added in the epilogue in fp32 before D's one rounding:
- * D = round(alpha acc + beta C + bias), the rule of the CPU's linear in
+ * BF16 accumulation) with an fp32 alpha, and D of the op's output dtype. A
+ * bias is added in the epilogue in fp32 before D's one rounding:
+ * D = round(alpha acc + bias), the rule of the CPU's linear in
  * BF16 (delta_gemm_bf16), and in F32 the bits of the separate add (acc is
  * already fp32, so rounding it first changes nothing: alpha is 1).
  *
@@ -25,7 +25,7 @@
  * cuBLAS is column-major: the row-major C = op(A) op(B) is computed as the
  * column-major C^T (n x m) = op(B)^T (n x k) . op(A)^T (k x m), B first.
  * B row-major (k x n, or n x k when tb) is column-major (n x k, or k x n)
- * with leading dimension ldb; likewise A. C is also D (in place). C^T has
+ * with leading dimension ldb; likewise A. C is D (in place). C^T has
  * n rows, so the bias (one value per column of the row-major C) is the
  * per-row vector of Lt's BIAS epilogue. */
 #include "backend/cuda/cu_common.cuh"
@@ -144,8 +144,9 @@ static bool lt_gemm(const delta_cuda_kctx *c, const delta_lt_gemm *g,
                         CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, &res) ||
               lt_choose(c, desc, l1, l2, lc, pref,
                         CUBLASLT_REDUCTION_SCHEME_MASK, &res);
+    const float beta = 0.0f; /* C unread: D = alpha op(A) op(B) (+ bias) */
     if (ok)
-        LT(cublasLtMatmul(c->lt, desc, &g->alpha, b, l1, a, l2, &g->beta, cm,
+        LT(cublasLtMatmul(c->lt, desc, &g->alpha, b, l1, a, l2, &beta, cm,
                           lc, cm, lc, &res.algo, c->blas_ws,
                           c->blas_ws_bytes, c->stream));
     cublasLtMatmulPreferenceDestroy(pref);
@@ -162,16 +163,14 @@ bool delta_cu_lt_gemm(const delta_cuda_kctx *c, const delta_lt_gemm *g,
                   "GEMM (batch %lld)", (long long)g->batch);
     if (g->m == 0 || g->n == 0 || g->batch == 0) return true;
     size_t es = type_size(g->abtype), cs = type_size(g->ctype);
-    if (g->k == 0) { /* no products: D = beta C (+ bias), and beta is 0 or 1 */
+    if (g->k == 0) { /* no products: D = 0 (+ bias) */
         if (g->bias) return false; /* the caller adds it */
         DELTA_ASSERT(g->ldc == g->n &&
                      (g->batch == 1 || g->sc == g->m * g->n));
-        if (g->beta == 0.0f) {
-            cudaError_t e = cudaMemsetAsync(
-                cm, 0, (size_t)(g->batch * g->m * g->n) * cs, c->stream);
-            DELTA_ASSERTF(e == cudaSuccess, "cudaMemsetAsync: %s",
-                          cudaGetErrorString(e));
-        }
+        cudaError_t e = cudaMemsetAsync(
+            cm, 0, (size_t)(g->batch * g->m * g->n) * cs, c->stream);
+        DELTA_ASSERTF(e == cudaSuccess, "cudaMemsetAsync: %s",
+                      cudaGetErrorString(e));
         return true;
     }
     uint32_t al_a = gemm_align(g->sa, es, g->batch);

@@ -65,7 +65,7 @@ void delta_cu_matmul_bf16(const delta_cuda_kctx *c, const delta_kargs *k) {
                   delta_dtype_name(bt->dtype), delta_dtype_name(yt->dtype));
     const matmul_geom mg = matmul_geom_of(k->op, at, bt);
     delta_lt_gemm g = {mg.ta, mg.tb, mg.m, mg.n, mg.k, mg.lda, mg.ldb, mg.n,
-                       mg.sa, mg.sb, mg.sc, mg.batch, k->op->a.alpha, 0.0f,
+                       mg.sa, mg.sb, mg.sc, mg.batch, k->op->a.alpha,
                        CUDA_R_16BF,
                        yt->dtype == DELTA_BF16 ? CUDA_R_16BF : CUDA_R_32F,
                        NULL};
@@ -134,7 +134,7 @@ void delta_cu_linear(const delta_cuda_kctx *c, const delta_kargs *k) {
     const linear_geom lg = linear_geom_of(k->op, xt, wt);
     const cudaDataType_t t = bf ? CUDA_R_16BF : CUDA_R_32F;
     delta_lt_gemm g = {false, lg.tw, lg.rows, lg.out, lg.in, lg.in, lg.ldw,
-                       lg.out, 0, 0, 0, 1, 1.0f, 0.0f, t, t,
+                       lg.out, 0, 0, 0, 1, 1.0f, t, t,
                        has_bias ? k->in[2] : NULL};
     if (has_bias && c->gemm_epilogue &&
         delta_cu_lt_gemm(c, &g, k->in[0], k->in[1], k->out[0]))

@@ -118,15 +118,15 @@ void delta_cu_dp_mean(cudaStream_t stream, float *out, const float *mine,
                       int64_t n);
 
 /* ---- cuBLASLt GEMMs (cu_lt_gemm.cu) ---------------------------------------- */
-/* Row-major C (m x n, row stride ldc) = alpha op(A) op(B) + beta C (+ bias
- * per column), A and B of abtype (CUDA_R_16BF or CUDA_R_32F) and C of
+/* Row-major C (m x n, row stride ldc) = alpha op(A) op(B) (+ bias per
+ * column), A and B of abtype (CUDA_R_16BF or CUDA_R_32F) and C of
  * ctype, summed in fp32, `batch` times with element strides sa, sb, sc
  * (sa or sb 0: the same matrix for every entry). bias: n values of ctype
  * added in the epilogue before the one rounding (batch 1), or NULL. */
 typedef struct delta_lt_gemm {
     bool ta, tb;
     int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
-    float alpha, beta;
+    float alpha;
     cudaDataType_t abtype, ctype;
     const void *bias;
 } delta_lt_gemm;

@@ -171,8 +171,6 @@ static bool math_ok(delta_dtype dt, cudnnMathType_t m) {
     return dt == DELTA_BF16 && m == CUDNN_TENSOR_OP_MATH;
 }
 
-/* Describes x (n c h w), w (k c r s), y (n k p q) of dtype dt and the
- * convolution (summing in fp32 either way). */
 /* Whether cuDNN takes the convolution at all: F32 or BF16, and sizes that
  * fit the legacy descriptors' ints (else cu_conv lowers it). */
 static bool describable(const delta_conv_dims *g, delta_dtype dt) {
@@ -181,6 +179,8 @@ static bool describable(const delta_conv_dims *g, delta_dtype dt) {
            (dt == DELTA_F32 || dt == DELTA_BF16);
 }
 
+/* Describes x (n c h w), w (k c r s), y (n k p q) of dtype dt and the
+ * convolution (summing in fp32 either way). */
 static bool describe(delta_cudnn *d, const delta_conv_dims *g,
                      delta_dtype dt) {
     if (!describable(g, dt)) return false;
@@ -258,7 +258,8 @@ static void tune_key(const delta_cudnn *d, delta_op_type type,
                      char *buf, size_t n) {
     snprintf(buf, n,
              "%s%s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld cap %zu",
-             dnn_uses_plans(d, dt) ? "plan " : "", delta_op_type_name(type), delta_dtype_name(dt), (long long)g->n,
+             dnn_uses_plans(d, dt) ? "plan " : "", delta_op_type_name(type),
+             delta_dtype_name(dt), (long long)g->n,
              (long long)g->c, (long long)g->h, (long long)g->w,
              (long long)g->k, (long long)g->r, (long long)g->s,
              (long long)g->stride, (long long)g->pad, cap);
@@ -389,7 +390,8 @@ size_t delta_cudnn_tune(delta_cudnn *d, delta_op_type type,
                         const delta_conv_dims *g, delta_dtype dt,
                         size_t declared) {
     if (!d || !d->find || !delta_cuda_is_conv(type) ||
-        (!dnn_uses_plans(d, dt) && !legacy_ok(type, dt)) || !describe(d, g, dt))
+        (!dnn_uses_plans(d, dt) && !legacy_ok(type, dt)) ||
+        !describe(d, g, dt))
         return declared;
     size_t cap = tune_cap(d, g, dt, declared);
     char key[256];
@@ -435,11 +437,11 @@ static bool timed_choice(delta_cudnn *d, delta_op_type type,
  * it the first time: the timed choice, else the heuristics'. NULL when the
  * query failed. A full or failed keep asks again next time, which gives
  * the same answer. */
-static const algo_choice *choose(delta_cudnn *d, delta_op_type type,
-                                 const delta_conv_dims *g, delta_dtype dt,
-                                 size_t ws_bytes, algo_choice *tmp) {
+static algo_choice *choose(delta_cudnn *d, delta_op_type type,
+                           const delta_conv_dims *g, delta_dtype dt,
+                           size_t ws_bytes, algo_choice *tmp) {
     for (int i = 0; i < d->n_choices; i++) {
-        const algo_choice *c = &d->choices[i];
+        algo_choice *c = &d->choices[i];
         if (c->type == type && c->dt == dt && c->ws_bytes == ws_bytes &&
             !memcmp(&c->g, g, sizeof *g))
             return c;
@@ -496,7 +498,7 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
         return true;
     if (!legacy_ok(type, dt) || !describe(d, g, dt)) return false;
     algo_choice tmp;
-    const algo_choice *c = choose(d, type, g, dt, ws_bytes, &tmp);
+    algo_choice *c = choose(d, type, g, dt, ws_bytes, &tmp);
     if (!c || c->algo < 0) return false;
     /* the compute type is fp32 for both dtypes: fp32 scaling factors */
     const float one = 1.0f;
@@ -525,8 +527,7 @@ bool delta_cudnn_conv(delta_cudnn *d, delta_op_type type,
      * answer depends on the shape only, so every policy takes the same
      * route. Any other failure came after a launch and is a bug. */
     if (refused(st)) {
-        for (int i = 0; i < d->n_choices; i++)
-            if (&d->choices[i] == c) d->choices[i].algo = -1;
+        c->algo = -1; /* kept, or tmp when it could not be */
         return false;
     }
     DELTA_ASSERTF(st == CUDNN_STATUS_SUCCESS, "cuDNN convolution (%s, %s): "

@@ -239,17 +239,17 @@ static bool qualifies_noting(delta_cudnn *d, bdesc cfg, delta_dtype dt,
             CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes);
     destroy(d, &engine);
     if (st != CUDNN_STATUS_SUCCESS) return false;
-    for (int64_t i = 0; notes_seen && i < nn; i++)
-        *notes_seen |= 1u << (unsigned)notes[i];
+    bool ok = true;
     for (int64_t i = 0; i < nn; i++) {
         cudnnBackendNumericalNote_t t = notes[i];
+        if (notes_seen) *notes_seen |= 1u << (unsigned)t;
         if (t == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC ||
             t == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
             t == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
             (t == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && dt != DELTA_BF16))
-            return false;
+            ok = false;
     }
-    return true;
+    return ok;
 }
 
 static bool qualifies(delta_cudnn *d, bdesc cfg, delta_dtype dt) {

@@ -471,12 +471,10 @@ cJSON *delta_gpu_file_json(const delta_gpu_preset *g) {
         }
         ok = ok && arr;
     }
-    cJSON *fac = ok && eff ? add_by_op_type(o, "op_factors", eff->op_factor)
-                           : NULL;
-    cJSON *hst = ok && eff && has_any(eff->op_host_s)
-                     ? add_by_op_type(o, "op_host_s", eff->op_host_s)
-                     : NULL;
-    if (ok && eff) ok = curves && fac && (hst || !has_any(eff->op_host_s));
+    if (ok && eff) /* op_host_s only when measured: older files have none */
+        ok = curves && add_by_op_type(o, "op_factors", eff->op_factor) &&
+             (!has_any(eff->op_host_s) ||
+              add_by_op_type(o, "op_host_s", eff->op_host_s));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
