@@ -242,10 +242,12 @@ TEST_RUN_BIN := $(TEST_BIN)
 TEST_ENV := UBSAN_OPTIONS=print_stacktrace=1
 endif
 # tests/test_install.sh installs this build (make install with the same
-# variables) and builds examples/ against it.
+# variables) and builds examples/ against it; tests/test_exports.sh reads
+# this build's libdelta.so, so `lib` is built first (without it the check
+# skipped itself on a fresh clone, or read a stale library).
 TEST_MAKE_VARS := $(foreach v,SANITIZE NO_BLAS NO_OMP DEBUG CC BUILD,$(if $(filter command line,$(origin $(v))),$(v)=$($(v))))
 test: deps-check
-	@$(MAKE) --no-print-directory $(TEST_RUN_BIN) tool
+	@$(MAKE) --no-print-directory $(TEST_RUN_BIN) tool lib
 	@DELTA_MAKE_VARS='$(TEST_MAKE_VARS)' DELTA_BUILD='$(BUILD)' $(TEST_ENV) tests/run.sh $(TEST_RUN_BIN) \
 	  $(if $(filter thread,$(SANITIZE)),,tests/test_exports.sh tests/test_install.sh tests/test_bench_peers.sh)
 
