@@ -63,7 +63,7 @@ sim_dev="--gpu $sim_gpu"
 sim_name="the $sim_gpu preset"
 if [ "${CALIBRATE:-1}" != 0 ]; then
     echo "  calibrating the GPU (delta calibrate --backend cuda)" >&2
-    if "$bin" calibrate --backend cuda --out "$tmp/h.json" >"$tmp/calibrate.txt" \
+    if "$bin" calibrate --backend cuda --precision "$PRECISION" --out "$tmp/h.json" >"$tmp/calibrate.txt" \
             2>"$tmp/calibrate.err"; then
         sim_dev="--gpu-file $tmp/h.json"
         sim_name="this GPU as delta calibrate measured it, --gpu-file"

@@ -12,9 +12,10 @@
  *    rate, queued kernels are kernel_gap_s apart; a file with the figures
  *    alone costs as the constants do;
  *  - a file's host seconds per op type are charged by the sim's host (a
- *    keep step bound by them), and the cpu calibration writes them;
+ *    keep step bound by them), and the cpu calibration writes them and the
+ *    precision its programs ran in; a run in the other precision says so;
  *  - bad files (missing, not JSON, a field missing, negative, of the wrong
- *    type, a bad curve, factor or host cost) are refused with exit 2 naming the field
+ *    type, a bad curve, factor, host cost or precision) are refused with exit 2 naming the field
  *    by train, plan, maxbatch and bench;
  *  - --out that is not a regular file (a device, a folder, a FIFO) is
  *    refused with exit 2 before anything is measured.
@@ -104,6 +105,8 @@ static void test_cpu_quick(void) {
     CHECK(cJSON_IsObject(h) && num(h, "matmul") > 0 && num(h, "conv2d") > 0 &&
               num(h, "layernorm") > 0 && num(h, "matmul") < 1,
           "host seconds of the traced programs' op types");
+    CHECK(!strcmp(str(d, "precision"), "fp32"),
+          "the precision of the traced programs: '%s'", str(d, "precision"));
     const cJSON *rec = cJSON_GetObjectItem(d, "calibration");
     CHECK(!strcmp(str(rec, "backend"), "cpu") &&
               cJSON_GetArraySize(cJSON_GetObjectItem(rec, "steps")) == 2 &&
@@ -120,6 +123,16 @@ static void test_cpu_quick(void) {
     CHECK(res.status == 0 && strstr(res.out, out),
           "train --gpu-file: status %d: %.400s %.300s", res.status, res.err,
           res.out);
+    RUN("train", TINY, "--gpu-file", out, "--steps", "1");
+    CHECK(res.status == 0 && strstr(res.err, "backend: sim") &&
+              !strstr(res.err, "note: the device's per-op factors"),
+          "no note on a run in the file's precision: %.600s", res.err);
+    RUN("train", TINY, "--gpu-file", out, "--steps", "1", "--precision",
+        "bf16");
+    CHECK(res.status == 0 &&
+              strstr(res.err, "were measured on fp32 programs and this run "
+                              "is bf16"),
+          "a bf16 run on an fp32 calibration is told: %.600s", res.err);
     RUN("train", TINY, "--gpu-file", out, "--steps", "14", "--budget", "50%",
         "--quiet");
     CHECK(res.status == 0, "train --gpu-file --budget 50%%: status %d: %.400s",
@@ -462,6 +475,8 @@ static void test_bad_files(void) {
         {NULL, "\"op_host_s\": {\"convv\": 1e-4}", "op_host_s.convv"},
         {NULL, "\"op_host_s\": {\"conv2d\": -1e-4}", "op_host_s.conv2d"},
         {NULL, "\"op_host_s\": [1e-4]", "op_host_s"},
+        {NULL, "\"precision\": \"fp16\"", "'precision' must be"},
+        {NULL, "\"precision\": 16", "'precision' must be"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_device(path, bad[i].drop, bad[i].extra);

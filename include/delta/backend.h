@@ -110,6 +110,12 @@ DELTA_API const delta_gpu_preset *delta_gpu_preset_find(const char *name);
 DELTA_API delta_gpu_preset *delta_gpu_file_load(const char *path, char *err,
                                                 size_t err_len);
 DELTA_API void delta_gpu_file_free(delta_gpu_preset *g);
+/* The precision (a delta_precision: fp32 0, bf16 1) of the programs whose
+ * keep steps gave g's per-op factors and host costs ("precision" in a
+ * file delta calibrate wrote), or -1 when g does not say (a preset, an
+ * older file). A BF16 step runs other kernels than an fp32 one, so a
+ * file's factors describe runs in its own precision. */
+DELTA_API int delta_gpu_measured_precision(const delta_gpu_preset *g);
 
 /* Device seconds op i of ctx takes on g by the simulator's cost model
  * (docs/DEVICE.md, "Cost model"); 0 for a view. */

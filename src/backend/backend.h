@@ -347,6 +347,9 @@ struct delta_sim_efficiency {
      * loop and the launch, as measured in keep steps), in place of the
      * preset's launch_host_s (+ library_host_s); 0: none (those) */
     double op_host_s[DELTA_OP_TYPE_COUNT];
+    /* the precision of the programs the factors and host costs came from
+     * (delta calibrate --precision): 1 + delta_precision; 0: not said */
+    int measured_precision;
 };
 typedef struct delta_sim_efficiency delta_sim_efficiency;
 

@@ -32,6 +32,7 @@
 #include "core/files.h"
 #include "core/median.h"
 #include "delta/cpu.h"
+#include "delta/models.h"
 #include "delta/session.h"
 
 #include <cjson/cJSON.h>
@@ -100,11 +101,29 @@ struct delta_calibration {
     type_sum types[DELTA_OP_TYPE_COUNT]; /* over every step added */
     step_rec steps[MAX_STEPS];
     int n_steps;
+    bool mixed_precision;        /* steps of fp32 and of bf16 programs */
     check_rec checks[MAX_STEPS];
     int n_checks;
     double wall_s;               /* the microbenchmarks' real time */
     FILE *log;
 };
+
+/* The precision of a program: bf16 when any of its tensors is BF16. */
+static delta_precision program_precision(const delta_ctx *ctx) {
+    for (int i = 0; i < ctx->n_tensors; i++)
+        if (ctx->tensors[i]->dtype == DELTA_BF16) return DELTA_PRECISION_BF16;
+    return DELTA_PRECISION_FP32;
+}
+
+/* Notes the precision a step's program ran in: the file says it when
+ * every step had the same (a BF16 step's convolutions and GEMMs run other
+ * kernels than fp32's, so its factors and host costs are its own). */
+static void note_precision(delta_calibration *c, const delta_ctx *ctx) {
+    int p = 1 + (int)program_precision(ctx);
+    if (c->n_steps == 1) c->eff.measured_precision = p;
+    else if (c->eff.measured_precision != p) c->mixed_precision = true;
+    if (c->mixed_precision) c->eff.measured_precision = 0;
+}
 
 /* A progress line (fmt ends with its newline); stderr is unbuffered. */
 static void logf_(const delta_calibration *c, const char *fmt, ...)
@@ -961,6 +980,7 @@ delta_status delta_calibration_add_step(delta_calibration *c,
     memset(st, 0, sizeof *st);
     snprintf(st->label, sizeof st->label, "%s", label ? label : "program");
     st->step_s = step_s;
+    note_precision(c, ctx);
     for (int i = 0; i < ctx->n_ops; i++) {
         const delta_op *op = &ctx->ops[i];
         if (op->type == DELTA_OP_RESHAPE || !(op_s[i] >= 0)) continue;

@@ -82,8 +82,18 @@ delta_status train_set_budget(delta_trainer *tr) {
     case DELTA_BUDGET_BYTES: tr->budget_bytes = c->budget.bytes; break;
     }
     double bps = delta_backend_link_bps(tr->backend);
-    if (tr->sim)
+    if (tr->sim) {
         train_info(tr, "backend: sim %s (%s)", gpu->name, gpu->description);
+        int mp = delta_gpu_measured_precision(gpu);
+        if (mp >= 0 && mp != (int)c->model.precision)
+            train_info(tr, "note: the device's per-op factors and host costs "
+                       "were measured on %s programs and this run is %s: "
+                       "its predictions are rougher (delta calibrate "
+                       "--precision %s measures this precision's)",
+                       delta_precision_name((delta_precision)mp),
+                       delta_precision_name(c->model.precision),
+                       delta_precision_name(c->model.precision));
+    }
     else if (train_on_backend(c, "cuda"))
         train_info(tr, "backend: cuda, device memory %s, link %.3g GB/s, "
                    "convolutions on %s",

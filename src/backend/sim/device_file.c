@@ -17,9 +17,12 @@
  *   "op_factors": {"relu": 1.3, ...}           optional, per op type
  *   "op_host_s": {"conv2d": 1.9e-4, ...}       optional, per op type: the
  *                 host's seconds per op (in place of the launch figures)
+ *   "precision": "fp32" | "bf16"                optional: the precision of
+ *                 the programs op_factors and op_host_s were measured on
  * Anything else (delta calibrate's "calibration" record) is not read. */
 #include "backend/backend.h"
 #include "backend/sim/device_file.h"
+#include "delta/models.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -397,6 +400,15 @@ delta_gpu_preset *delta_gpu_file_load(const char *path, char *err,
     }
     g->link_duplex = ld ? ld->valuedouble : 0;
     if (!read_efficiency(path, root, &gf->eff, err, err_len)) goto fail;
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "precision");
+    delta_precision prec;
+    if (pr && (!cJSON_IsString(pr) ||
+               !delta_precision_parse(pr->valuestring, &prec))) {
+        errf(err, err_len, "device file '%s': field 'precision' must be "
+             "\"fp32\" or \"bf16\" (or left out)", path);
+        goto fail;
+    }
+    gf->eff.measured_precision = pr ? 1 + (int)prec : 0;
     if (!read_string(path, root, "name", "file", gf->name, sizeof gf->name,
                      err, err_len) ||
         !read_string(path, root, "description", path, gf->description,
@@ -415,6 +427,12 @@ done:
     cJSON_Delete(root);
     free(text);
     return gf ? &gf->g : NULL;
+}
+
+int delta_gpu_measured_precision(const delta_gpu_preset *g) {
+    return g && g->eff && g->eff->measured_precision > 0
+               ? g->eff->measured_precision - 1
+               : -1;
 }
 
 /* ---- writing ---------------------------------------------------------------- */
@@ -474,7 +492,11 @@ cJSON *delta_gpu_file_json(const delta_gpu_preset *g) {
     if (ok && eff) /* op_host_s only when measured: older files have none */
         ok = curves && add_by_op_type(o, "op_factors", eff->op_factor) &&
              (!has_any(eff->op_host_s) ||
-              add_by_op_type(o, "op_host_s", eff->op_host_s));
+              add_by_op_type(o, "op_host_s", eff->op_host_s)) &&
+             (!eff->measured_precision ||
+              cJSON_AddStringToObject(o, "precision",
+                                      delta_precision_name(
+                                          (delta_precision)(eff->measured_precision - 1))));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
