@@ -93,20 +93,20 @@ delta_status train_set_budget(delta_trainer *tr) {
                        delta_precision_name((delta_precision)mp),
                        delta_precision_name(c->model.precision),
                        delta_precision_name(c->model.precision));
-    }
-    else if (train_on_backend(c, "cuda"))
+    } else if (train_on_backend(c, "cuda")) {
         train_info(tr, "backend: cuda, device memory %s, link %.3g GB/s, "
                    "convolutions on %s",
                    delta_format_bytes(delta_backend_device_bytes(tr->backend),
                                       b1, sizeof b1),
                    bps / 1e9, delta_cuda_conv_path(tr->backend));
-    else if (bps > 0)
+    } else if (bps > 0) {
         train_info(tr, "backend: %s, %d threads, link %.3g GB/s",
                    delta_backend_name(tr->backend), delta_cpu_threads(),
                    bps / 1e9);
-    else
+    } else {
         train_info(tr, "backend: %s, %d threads, link unthrottled",
                    delta_backend_name(tr->backend), delta_cpu_threads());
+    }
     if (tr->budget_bytes)
         train_info(tr, "budget: %s%s; dry plan: peak %s, minimum %s (op %d "
                    "%s %s)",

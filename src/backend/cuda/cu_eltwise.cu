@@ -86,11 +86,7 @@ __global__ static void dropout_k(const T *x, T *y, int64_t n, uint64_t key,
                                                              : 0.0f);
 }
 
-/* The CPU's split exactly (k_eltwise.c): SUM_CHUNKS element ranges, each
- * summed by one thread in SUM_LANES interleaved double lanes, the partials
- * added in order by thread 0. Bit-identical to the CPU; one block, so slow
- * on huge tensors (sum is only used on losses). */
-/* The CPU's sum (k_eltwise.c): SUM_CHUNKS element ranges, each summed by
+/* The CPU's sum exactly (k_eltwise.c): SUM_CHUNKS element ranges, each summed by
  * SUM_LANES interleaved double accumulators (lane l takes elements lo + l,
  * lo + l + 8, ...), a range's lanes added pairwise, the ranges in order.
  * Each of the 2,048 lane chains is a thread here (the first kernel), so a

@@ -489,14 +489,15 @@ cJSON *delta_gpu_file_json(const delta_gpu_preset *g) {
         }
         ok = ok && arr;
     }
-    if (ok && eff) /* op_host_s only when measured: older files have none */
+    /* op_host_s and precision only when measured: older files have none */
+    int mp = delta_gpu_measured_precision(g);
+    if (ok && eff)
         ok = curves && add_by_op_type(o, "op_factors", eff->op_factor) &&
              (!has_any(eff->op_host_s) ||
               add_by_op_type(o, "op_host_s", eff->op_host_s)) &&
-             (!eff->measured_precision ||
-              cJSON_AddStringToObject(o, "precision",
-                                      delta_precision_name(
-                                          (delta_precision)(eff->measured_precision - 1))));
+             (mp < 0 || cJSON_AddStringToObject(
+                            o, "precision",
+                            delta_precision_name((delta_precision)mp)));
     if (!ok) {
         cJSON_Delete(o);
         return NULL;
