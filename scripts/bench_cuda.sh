@@ -7,7 +7,8 @@
 #   2. overhead per policy at 70, 50 and 30% of keep's peak, beside the
 #      simulator's prediction for the same runs; goal: predicted within 15%
 #      of measured. The simulator gets this GPU's calibration (`delta
-#      calibrate --backend cuda`, run first, --gpu-file) when it succeeds,
+#      calibrate --backend cuda --precision $PRECISION`, run first,
+#      --gpu-file) when it succeeds,
 #      else the preset SIM_GPU (default h200-141g); the tables say which;
 #   3. the largest batch keep and delta fit in MB_BUDGET (default 8GiB) of
 #      the GPU, and the simulator's answer for the same memory.
