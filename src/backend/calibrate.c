@@ -101,7 +101,6 @@ struct delta_calibration {
     type_sum types[DELTA_OP_TYPE_COUNT]; /* over every step added */
     step_rec steps[MAX_STEPS];
     int n_steps;
-    bool mixed_precision;        /* steps of fp32 and of bf16 programs */
     check_rec checks[MAX_STEPS];
     int n_checks;
     double wall_s;               /* the microbenchmarks' real time */
@@ -117,12 +116,13 @@ static delta_precision program_precision(const delta_ctx *ctx) {
 
 /* Notes the precision a step's program ran in: the file says it when
  * every step had the same (a BF16 step's convolutions and GEMMs run other
- * kernels than fp32's, so its factors and host costs are its own). */
+ * kernels than fp32's, so its factors and host costs are its own). Once
+ * two steps differ it stays 0 (not said): no precision equals 0. */
 static void note_precision(delta_calibration *c, const delta_ctx *ctx) {
     int p = 1 + (int)program_precision(ctx);
-    if (c->n_steps == 1) c->eff.measured_precision = p;
-    else if (c->eff.measured_precision != p) c->mixed_precision = true;
-    if (c->mixed_precision) c->eff.measured_precision = 0;
+    int *mp = &c->eff.measured_precision;
+    if (c->n_steps == 1) *mp = p;
+    else if (*mp != p) *mp = 0;
 }
 
 /* A progress line (fmt ends with its newline); stderr is unbuffered. */
